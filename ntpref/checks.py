@@ -1,0 +1,122 @@
+"""Boundary validation shared by every public entry point.
+
+Each helper converts once (C-contiguous float64 / int64, so every Numba kernel compiles one
+signature) and raises :class:`ntpref.errors.InputError` with a message that names the array.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+import numpy as np
+
+from .errors import InputError
+
+BACKENDS = ("numba", "numpy")
+
+
+def check_backend(backend: str) -> str:
+    """Return ``backend`` if it is one of :data:`BACKENDS`, else raise InputError."""
+    if backend not in BACKENDS:
+        raise InputError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+    return backend
+
+
+def _shape_ok(shape: tuple, expected: tuple) -> bool:
+    return len(shape) == len(expected) and all(e is None or s == e for s, e in zip(shape, expected))
+
+
+def _fmt_shape(expected: tuple) -> str:
+    return "[" + ", ".join("*" if e is None else str(e) for e in expected) + "]"
+
+
+def as_float(name: str, x, shape: tuple | None = None, finite: bool = True) -> np.ndarray:
+    """``x`` as a C-contiguous float64 array.
+
+    shape: expected shape, ``None`` entries are free (rank is always checked when given).
+    Rejects complex, object, string and boolean data; with ``finite`` also NaN and inf.
+    """
+    a = np.asarray(x)
+    if a.dtype.kind not in "fiu":
+        raise InputError(f"array '{name}': expected real numbers, got dtype {a.dtype}")
+    if shape is not None and not _shape_ok(a.shape, shape):
+        raise InputError(f"array '{name}': expected shape {_fmt_shape(shape)}, got {list(a.shape)}")
+    a = np.asarray(a, dtype=np.float64, order="C")
+    if finite and a.size and not np.isfinite(a).all():
+        bad = np.argwhere(~np.isfinite(a))[0]
+        raise InputError(f"array '{name}': non-finite value {a[tuple(bad)]} at index {tuple(int(i) for i in bad)}")
+    return a
+
+
+def as_int(name: str, x, shape: tuple | None = None, low: int | None = None, high: int | None = None) -> np.ndarray:
+    """``x`` as a C-contiguous int64 array with every entry in ``[low, high]`` (bounds inclusive).
+
+    Float arrays are rejected even when integral (token ids must be stored as integers).
+    """
+    a = np.asarray(x)
+    if a.dtype.kind not in "iu":
+        raise InputError(f"array '{name}': expected integers, got dtype {a.dtype}")
+    if shape is not None and not _shape_ok(a.shape, shape):
+        raise InputError(f"array '{name}': expected shape {_fmt_shape(shape)}, got {list(a.shape)}")
+    if a.dtype.kind == "u" and a.size and a.max() > np.iinfo(np.int64).max:
+        raise InputError(f"array '{name}': value {a.max()} does not fit int64")
+    a = np.asarray(a, dtype=np.int64, order="C")
+    if a.size:
+        if low is not None and a.min() < low:
+            idx = tuple(int(i) for i in np.argwhere(a < low)[0])
+            raise InputError(f"array '{name}': value {a[idx]} at index {idx} is below {low}")
+        if high is not None and a.max() > high:
+            idx = tuple(int(i) for i in np.argwhere(a > high)[0])
+            raise InputError(f"array '{name}': value {a[idx]} at index {idx} is above {high}")
+    return a
+
+
+def as_scalar(name: str, x, kind: str = "float", low: float | None = None, high: float | None = None,
+              low_open: bool = False) -> float | int | bool | str:
+    """A 0-d value (Python scalar or 0-d / 1-element array) as float, int, bool or str.
+
+    kind: "float" | "int" | "bool" | "str". ``low_open`` makes the lower bound strict (x > low).
+    """
+    a = np.asarray(x)
+    if a.ndim != 0:
+        raise InputError(f"array '{name}': expected a 0-d scalar, got shape {list(a.shape)}")
+    if kind == "str":
+        if a.dtype.kind not in "US":
+            raise InputError(f"array '{name}': expected a string, got dtype {a.dtype}")
+        return str(a)
+    if kind == "bool":
+        if a.dtype.kind == "b" or (a.dtype.kind in "iu" and int(a) in (0, 1)):
+            return bool(a)
+        raise InputError(f"array '{name}': expected a boolean, got {a!r}")
+    if kind == "int":
+        if a.dtype.kind not in "iu":
+            raise InputError(f"array '{name}': expected an integer, got dtype {a.dtype}")
+        v = int(a)
+    else:
+        if a.dtype.kind not in "fiu":
+            raise InputError(f"array '{name}': expected a real number, got dtype {a.dtype}")
+        v = float(a)
+        if not np.isfinite(v):
+            raise InputError(f"array '{name}': expected a finite number, got {v}")
+    if low is not None and (v <= low if low_open else v < low):
+        raise InputError(f"array '{name}': must be {'>' if low_open else '>='} {low}, got {v}")
+    if high is not None and v > high:
+        raise InputError(f"array '{name}': must be <= {high}, got {v}")
+    return v
+
+
+def check_names(arrays: Mapping, required: Iterable[str], optional: Iterable[str] = (), what: str = "input") -> None:
+    """Raise InputError for a missing required name or any name outside required ∪ optional.
+
+    Unknown names are errors so that a typo (``W_KQ`` for ``W_kq``) is never silently ignored.
+    """
+    required, allowed = list(required), set(required) | set(optional)
+    missing = [n for n in required if n not in arrays]
+    if missing:
+        raise InputError(f"{what}: missing array '{missing[0]}'" + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""))
+    unknown = sorted(n for n in arrays if n not in allowed)
+    if unknown:
+        import difflib
+        lower = {a.lower(): a for a in allowed}
+        hint = [lower[k] for k in difflib.get_close_matches(unknown[0].lower(), sorted(lower), n=1)]
+        raise InputError(f"{what}: unknown array '{unknown[0]}'" + (f" (did you mean '{hint[0]}'?)" if hint else "")
+                         + f"; allowed: {', '.join(sorted(allowed))}")

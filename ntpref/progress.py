@@ -1,0 +1,35 @@
+"""Throttled progress lines on stderr for long runs: ``label: 5000/10000 (1.2 s elapsed, ~1.2 s left)``."""
+from __future__ import annotations
+
+import sys
+import time
+
+
+class Progress:
+    """Callable ``progress(label, done, total)`` that prints at most every ``every`` seconds.
+
+    The last call of a label (``done == total``) always prints. ``enabled=False`` prints nothing,
+    so library code can take one unconditionally.
+    """
+
+    def __init__(self, enabled: bool = True, every: float = 2.0, stream=None):
+        self.enabled, self.every = enabled, every
+        self.stream = stream if stream is not None else sys.stderr
+        self._start: dict[str, float] = {}
+        self._last = 0.0
+
+    def __call__(self, label: str, done: int, total: int) -> None:
+        if not self.enabled:
+            return
+        now = time.perf_counter()
+        start = self._start.setdefault(label, now)
+        if done < total and now - self._last < self.every:
+            return
+        self._last = now
+        elapsed = now - start
+        left = f", ~{elapsed * (total - done) / done:.1f} s left" if 0 < done < total else ""
+        print(f"{label}: {done}/{total} ({elapsed:.1f} s elapsed{left})", file=self.stream, flush=True)
+
+
+def silent(label: str, done: int, total: int) -> None:
+    """A progress callback that prints nothing."""

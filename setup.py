@@ -1,0 +1,27 @@
+"""Packaging for ntpref: closed-form CPU oracle for two shallow-transformer training papers."""
+from setuptools import find_packages, setup
+
+setup(
+    name="ntpref",
+    version="0.1.0",
+    description=(
+        "Gold-standard CPU oracle (closed-form gradients, Numba kernels, float64) for two-stage "
+        "normalized GD on a one-layer transformer and projected GD on a shallow multi-head transformer"
+    ),
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    python_requires=">=3.10,<3.14",
+    packages=find_packages(include=["ntpref", "ntpref.*"]),
+    install_requires=[
+        "numpy>=2.0,<2.5",
+        "numba>=0.68,<0.69",
+        "tabulate>=0.9,<0.11",
+    ],
+    extras_require={
+        "test": ["pytest>=8,<10", "hypothesis>=6.100,<7", "dask[distributed]>=2024.8"],
+        "plot": ["matplotlib>=3.8,<4"],
+        "crosscheck": ["torch==2.13.0", "jax>=0.4.30,<0.13", "jaxlib>=0.4.30,<0.13"],
+        "dist": ["dask[distributed]>=2024.8"],
+    },
+    entry_points={"console_scripts": ["ntpref=ntpref.cli:main"]},
+)

@@ -1,0 +1,78 @@
+"""Foundation: validation helpers, npz I/O and the command line's error contract."""
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from ntpref.checks import as_float, as_int, as_scalar, check_names
+from ntpref.cli import main
+from ntpref.errors import InputError
+from ntpref.oracle.npzio import load_npz, save_npz
+
+
+def test_as_float_rejects_nan_and_wrong_shape():
+    with pytest.raises(InputError, match="'W'.*non-finite"):
+        as_float("W", [[1.0, np.nan]])
+    with pytest.raises(InputError, match=r"'W'.*expected shape \[2, \*\]"):
+        as_float("W", np.zeros((3, 2)), (2, None))
+    a = as_float("W", np.arange(6, dtype=np.int32).reshape(2, 3)[:, ::2])
+    assert a.dtype == np.float64 and a.flags.c_contiguous and a.tolist() == [[0, 2], [3, 5]]
+
+
+def test_as_int_rejects_floats_and_range():
+    with pytest.raises(InputError, match="'tokens'.*integers"):
+        as_int("tokens", np.array([1.0, 2.0]))
+    with pytest.raises(InputError, match=r"'tokens'.*value 7 at index \(1,\) is above 4"):
+        as_int("tokens", [0, 7], high=4)
+
+
+def test_as_scalar_kinds():
+    assert as_scalar("eta", np.array(0.5)) == 0.5
+    assert as_scalar("model", np.array("shallow"), kind="str") == "shallow"
+    with pytest.raises(InputError, match="'eta'.*> 0"):
+        as_scalar("eta", 0.0, low=0, low_open=True)
+    with pytest.raises(InputError, match="0-d"):
+        as_scalar("T", np.array([1, 2]), kind="int")
+
+
+def test_check_names_suggests_typo():
+    with pytest.raises(InputError, match="unknown array 'W_KQ'.*did you mean 'W_kq'"):
+        check_names({"W_KQ": 1, "W_ov": 1}, ["W_ov"], ["W_kq"])
+    with pytest.raises(InputError, match="missing array 'W_ov'"):
+        check_names({}, ["W_ov"])
+
+
+def test_npz_roundtrip_and_refusals(tmp_path):
+    p = tmp_path / "a.npz"
+    save_npz(p, {"x": np.arange(3.0), "model": np.array("twostage")})
+    back = load_npz(p)
+    assert back["x"].tolist() == [0.0, 1.0, 2.0] and str(back["model"]) == "twostage"
+    assert [f.name for f in tmp_path.iterdir()] == ["a.npz"]  # no temporary left behind
+    with pytest.raises(InputError, match="object arrays"):
+        save_npz(tmp_path / "b.npz", {"o": np.array([{}, 1], dtype=object)})
+    obj = tmp_path / "obj.npz"
+    np.savez(obj, o=np.array([{}, 1], dtype=object))
+    with pytest.raises(InputError, match="unpickling"):
+        load_npz(obj)
+    (tmp_path / "text.npz").write_text("not a zip")
+    with pytest.raises(InputError, match="not an npz"):
+        load_npz(tmp_path / "text.npz")
+    raw = p.read_bytes()
+    (tmp_path / "trunc.npz").write_bytes(raw[: len(raw) // 2])
+    with pytest.raises(InputError):
+        load_npz(tmp_path / "trunc.npz")
+
+
+def test_cli_bad_input_is_one_line_exit_2(tmp_path, capsys):
+    assert main(["eval", str(tmp_path / "missing.npz"), "-o", str(tmp_path / "o.npz")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "missing.npz" in err
+    np.savez(tmp_path / "m.npz", model=np.array("nosuchmodel"))
+    assert main(["eval", str(tmp_path / "m.npz"), "-o", str(tmp_path / "o.npz")]) == 2
+    assert "unknown model 'nosuchmodel'" in capsys.readouterr().err
+
+
+def test_console_script_usage_error_exit_2():
+    r = subprocess.run([sys.executable, "-m", "ntpref.cli", "eval"], capture_output=True, text=True)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
