@@ -1,0 +1,85 @@
+"""Sweep engine: one file per cell, atomic writes, resume without recomputation, real executors."""
+import sys
+
+import numpy as np
+import pytest
+
+from ntpref.errors import InputError
+from ntpref.sweep import cell_key, grid, load_results, run_sweep
+
+
+def square_cell(x, seed):
+    """A cheap deterministic cell: values depend on both parameters."""
+    return {"y": np.float64(x) ** 2 + seed, "v": np.random.default_rng(seed).standard_normal(3) * x}
+
+
+def expected(x, seed):
+    return square_cell(x, seed)
+
+
+def _check(outdir, cells):
+    results = load_results(outdir)
+    assert sorted(cell_key(p) for p, _ in results) == sorted(cell_key(c) for c in cells)
+    for params, arrays in results:
+        ref = expected(**params)
+        assert arrays["y"] == ref["y"]
+        np.testing.assert_array_equal(arrays["v"], ref["v"])
+
+
+def test_grid_order_and_keys():
+    cells = grid(seed=[1, 2], x=[0.5, 3])
+    assert cells == [{"seed": 1, "x": 0.5}, {"seed": 1, "x": 3}, {"seed": 2, "x": 0.5}, {"seed": 2, "x": 3}]
+    assert cell_key({"x": 3, "seed": 1}) == "seed=1_x=3"
+    assert len({cell_key(c) for c in cells}) == 4
+
+
+def test_resume_skips_finished_cells(tmp_path):
+    cells = grid(seed=[0, 1, 2], x=[1.0, 2.0])
+    calls = []
+
+    def counting(x, seed):
+        calls.append((x, seed))
+        return square_cell(x, seed)
+
+    first = run_sweep(counting, cells[:4], tmp_path)
+    assert (first.computed, first.skipped) == (4, 0)
+    second = run_sweep(counting, cells, tmp_path)
+    assert (second.computed, second.skipped) == (2, 4)
+    assert len(calls) == 6                                   # nothing computed twice
+    assert not [p for p in tmp_path.iterdir() if p.suffix != ".npz"]  # no temporaries left
+    _check(tmp_path, cells)
+
+
+def test_failing_cell_keeps_finished_ones(tmp_path):
+    def flaky(x, seed):
+        if seed == 1:
+            raise RuntimeError("boom")
+        return square_cell(x, seed)
+
+    with pytest.raises(RuntimeError, match="boom"):
+        run_sweep(flaky, grid(seed=[0, 1], x=[1.0]), tmp_path)
+    assert [p for p, _ in load_results(tmp_path)] == [{"seed": 0, "x": 1.0}]
+
+
+def test_duplicate_cells_rejected(tmp_path):
+    with pytest.raises(InputError, match="same parameters"):
+        run_sweep(square_cell, [{"x": 1, "seed": 0}, {"seed": 0, "x": 1}], tmp_path)
+
+
+def test_process_pool(tmp_path):
+    cells = grid(seed=[0, 1], x=[1.0, 2.0, 3.0])
+    lines = []
+    s = run_sweep(square_cell, cells, tmp_path, workers=2, progress=lambda *a: lines.append(a))
+    assert s.computed == 6 and lines[-1] == ("cells", 6, 6)
+    _check(tmp_path, cells)
+
+
+def test_dask_local_cluster(tmp_path):
+    pytest.importorskip("distributed", reason="the dist extra (dask[distributed]) is not installed")
+    import cloudpickle
+
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers need not import the tests
+    cells = grid(seed=[0, 1, 2], x=[2.0])
+    s = run_sweep(square_cell, cells, tmp_path, dask_local=2)
+    assert s.computed == 3
+    _check(tmp_path, cells)
