@@ -1,0 +1,379 @@
+"""One-layer transformer of paper (1): forward pass, Eq. 1 loss, closed-form gradients, collocation loss
+L0, the ideal feed-forward closed form and the normalized-GD directions (spec/twostage.md §2–§4).
+
+Per sentence X = [e_τ1 .. e_τL] (query x_L = e_q, target y):
+
+    s = X^T W_kq x_L,  φ = softmax(s),  z = E^T W_ov X φ,  p = softmax(z),  ℓ = -log p_y
+    L(W_ov, W_kq) = mean_i ℓ_i                                                     (Eq. 1)
+    g_z = p - e_y  (p_y - 1 = -Σ_{v≠y} p_v),  ∂ℓ/∂W_ov = E g_z (Xφ)^T
+    a = X^T W_ov^T E g_z,  g_s = φ ⊙ (a - (φ·a) 1),  ∂ℓ/∂W_kq = X g_s x_L^T           (§3)
+    L0(W_ov) = Σ_{x∈C} w_x ℓ([x], n(x)),  w_x = 1/|C| or weights normalised over C
+
+Backends: ``"numba"`` (token-space kernels in :mod:`.kernels`, one-hot fast path when E = I) and
+``"numpy"`` (vectorised, in the X-form above). Both are numerically stable for any finite input
+(log-sum-exp everywhere, margins r_v = z_v - z_y instead of p_y - 1).
+
+Fast path for training loops (validated once, then called per step without re-validation):
+    prep = _prepared(ds)                                 # Eq. 1 sentence set, weights 1/N
+    prep0 = _prepared_collocation(E, succ, C, weights)   # D0 = {([x], n(x)) : x ∈ C}, weights w_x
+    _forward(prep, W_ov, W_kq, backend) -> Forward
+    _loss_and_grad(prep, W_ov, W_kq, backend) -> (loss, grad_W_ov, grad_W_kq)
+    _direction(prep, W_ov, W_kq, wrt, method, backend) -> (Direction, loss)
+with W_ov, W_kq C-contiguous float64 [d, d] (W_kq may be None for a one-token set such as D0).
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from ..checks import as_float, as_int, as_scalar, check_backend
+from ..errors import InputError
+from . import kernels
+from .data import Dataset
+
+METHODS = ("stable", "naive")
+PARALLEL_MIN_WORK = 1 << 20
+"""The Numba backend runs the sentences in parallel (prange) only when N * Lmax * K reaches this;
+below it thread start-up costs more than the work (results are bitwise the same either way)."""
+
+
+class Forward(NamedTuple):
+    """loss (Eq. 1), losses [N] (ℓ_i), logits [N, K] (z), attn [N, Lmax] (φ, 0 on padding)."""
+
+    loss: float
+    losses: np.ndarray
+    logits: np.ndarray
+    attn: np.ndarray
+
+
+class Direction(NamedTuple):
+    """unit = G/‖G‖_F [d, d] (None when G is exactly zero); log_norm = log ‖G‖_F (-inf when zero)."""
+
+    unit: np.ndarray | None
+    log_norm: float
+
+
+class Prepared(NamedTuple):
+    """Validated, kernel-ready weighted sentence set (internal fast path; see the module docstring).
+
+    Every array is a private writable C-contiguous copy, so each Numba kernel compiles one signature
+    (Numba types read-only arrays, such as a Dataset's, separately).
+
+    tokens [N, Lmax] int64 (-1 padding), lengths [N], targets [N] int64; weights [N] float64 summing
+    to 1; E [d, K] float64; onehot: E is the identity (the Numba backend then skips the basis change).
+    """
+
+    tokens: np.ndarray
+    lengths: np.ndarray
+    targets: np.ndarray
+    weights: np.ndarray
+    E: np.ndarray
+    onehot: bool
+
+    @property
+    def d(self) -> int:
+        return self.E.shape[0]
+
+    @property
+    def K(self) -> int:
+        return self.E.shape[1]
+
+
+# ---- validation and preparation -------------------------------------------------------------------
+
+def _check_dataset(ds) -> Dataset:
+    if not isinstance(ds, Dataset):
+        raise InputError(f"ds: expected a ntpref.twostage.data.Dataset, got {type(ds).__name__}")
+    return ds
+
+
+def _check_method(method) -> str:
+    if method not in METHODS:
+        raise InputError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
+    return method
+
+
+def _prepared(ds: Dataset) -> Prepared:
+    """The Eq. 1 sentence set of ``ds`` (uniform weights 1/N)."""
+    ds = _check_dataset(ds)
+    return Prepared(ds.tokens.copy(), ds.lengths.copy(), ds.targets.copy(), np.full(ds.N, 1.0 / ds.N),
+                    ds.E.copy(), ds.onehot)
+
+
+def _prepared_collocation(E, succ, C=None, weights=None) -> Prepared:
+    """D0 = {([x], n(x)) : x ∈ C} with weights w_x (uniform, or ``weights`` [K] normalised over C).
+
+    E [d, K]; succ [K] in -1..K-1 (-1 = no successor); C: token ids (default: every x with succ >= 0),
+    each with a successor, no repeats; weights [K] finite, >= 0, with a positive sum over C.
+    """
+    E = as_float("E", E, (None, None))
+    K = E.shape[1]
+    succ = as_int("succ", succ, (K,), low=-1, high=K - 1)
+    if C is None:
+        C = np.flatnonzero(succ >= 0)
+        if C.size == 0:
+            raise InputError("array 'succ': no token has a successor, the collocation set C is empty")
+    else:
+        C = as_int("C", C, (None,), low=0, high=K - 1)
+        if C.size == 0:
+            raise InputError("array 'C': the collocation set is empty")
+        if np.unique(C).size != C.size:
+            raise InputError("array 'C': repeated token ids")
+        bad = C[succ[C] < 0]
+        if bad.size:
+            raise InputError(f"array 'C': token {bad[0]} has no successor (succ[{bad[0]}] = -1)")
+    if weights is None:
+        w = np.full(C.size, 1.0 / C.size)
+    else:
+        weights = as_float("weights", weights, (K,))
+        if (weights < 0).any():
+            raise InputError(f"array 'weights': negative value at index {int(np.flatnonzero(weights < 0)[0])}")
+        wmax = weights[C].max()
+        if not wmax > 0:
+            raise InputError("array 'weights': the weights of the collocation set C sum to 0")
+        w = weights[C] / wmax                                  # scaled first: no overflow in the sum
+        w = w / w.sum()
+    d0 = Dataset(C[:, None], np.ones(C.size, dtype=np.int64), succ[C], E)      # one-token sentences [x]
+    return Prepared(d0.tokens.copy(), d0.lengths.copy(), d0.targets.copy(), w, d0.E.copy(), d0.onehot)
+
+
+def _weight(name: str, W, d: int) -> np.ndarray:
+    W = as_float(name, W, (d, d))
+    return W if W.flags.writeable else W.copy()
+
+
+# ---- NumPy backend (reads like the spec) -----------------------------------------------------------
+
+def _np_attention(prep: Prepared, W_kq):
+    """X rows x_l [N, Lmax, d] (0 on padding), x_L [N, d], mask [N, Lmax], φ, log φ (-inf on padding)."""
+    E = prep.E
+    N, Lmax = prep.tokens.shape
+    mask = np.arange(Lmax)[None, :] < prep.lengths[:, None]
+    X = E.T[np.where(mask, prep.tokens, 0)] * mask[:, :, None]
+    xL = E.T[prep.tokens[np.arange(N), prep.lengths - 1]]
+    s = np.einsum("nld,de,ne->nl", X, W_kq, xL)                    # s_l = x_l^T W_kq x_L
+    s = np.where(mask, s, -np.inf)
+    u = s - s.max(axis=1, keepdims=True)
+    e = np.exp(u)
+    Z = e.sum(axis=1, keepdims=True)
+    return X, xL, mask, e / Z, u - np.log(Z)
+
+
+def _np_output(z, y):
+    """From logits z [N, K] and targets y: (ℓ [N], m [N], g̃ [N, K]) with g_z = e^m g̃ (kernels docstring)."""
+    N, K = z.shape
+    if K == 1:
+        return np.zeros(N), np.full(N, -np.inf), np.zeros((N, 1))
+    rows = np.arange(N)
+    other = np.arange(K)[None, :] != y[:, None]
+    r = np.where(other, z - z[rows, y][:, None], -np.inf)          # margins r_v = z_v - z_y, v ≠ y
+    rmax = r.max(axis=1)
+    g = np.exp(r - rmax[:, None])                                  # p̃_v, 0 at v = y
+    S = g.sum(axis=1)
+    g[rows, y] = -S
+    pos = rmax > 0
+    m_pos = -np.log(np.exp(-np.maximum(rmax, 0.0)) + S)
+    loss_neg = np.log1p(np.exp(np.minimum(rmax, 0.0)) * S)
+    loss = np.where(pos, rmax - m_pos, loss_neg)                   # ℓ = log(1 + Σ_{v≠y} e^{r_v})
+    m = np.where(pos, m_pos, rmax - loss_neg)                      # m = max_{v≠y} log p_v
+    return loss, m, g
+
+
+def _np_pass(prep: Prepared, W_ov, W_kq):
+    X, xL, mask, phi, lphi = _np_attention(prep, W_kq)
+    h = np.einsum("nl,nld->nd", phi, X)                            # Xφ
+    z = h @ W_ov.T @ prep.E                                        # z = E^T W_ov X φ
+    loss, m, g = _np_output(z, prep.targets)
+    return X, xL, mask, phi, lphi, h, z, loss, m, g
+
+
+def _np_log_weights(prep: Prepared):
+    w = prep.weights
+    return np.where(w > 0, np.log(np.where(w > 0, w, 1.0)), -np.inf)
+
+
+def _np_run(prep: Prepared, W_ov, W_kq, mode: int):
+    """NumPy twin of _numba_pass, returning (loss, log_scale, losses, logits, attn, grad_ov, grad_kq)
+    with the gradients already in d-space (E G E^T)."""
+    X, xL, mask, phi, lphi, h, z, losses, m, g = _np_pass(prep, W_ov, W_kq)
+    w = prep.weights
+    loss = float(w @ losses)
+    d = prep.d
+    G_ov = G_kq = np.zeros((d, d))
+    log_scale = 0.0
+    if mode == kernels.MODE_GRAD:
+        gz = g * np.exp(m)[:, None]
+        G_ov = prep.E @ (w[:, None] * gz).T @ h                       # Σ w E g_z (Xφ)^T
+        a = np.einsum("nld,nd->nl", X, gz @ prep.E.T @ W_ov)           # a = X^T W_ov^T E g_z
+        gs = phi * (a - (phi * a).sum(axis=1, keepdims=True))          # φ ⊙ (a - (φ·a) 1)
+        G_kq = np.einsum("nld,nl,ne->de", X, w[:, None] * gs, xL)     # Σ w X g_s x_L^T
+    elif mode == kernels.MODE_KQ_STABLE:
+        a = np.einsum("nld,nd->nl", X, g @ prep.E.T @ W_ov)            # ã (log-scaled a)
+        D = a[:, :, None] - a[:, None, :]                              # a_l - a_k
+        valid = mask[:, :, None] & mask[:, None, :] & (D != 0)
+        P = np.where(valid, lphi[:, :, None] + lphi[:, None, :], -np.inf)
+        sigma = P.reshape(len(P), -1).max(axis=1)
+        has = sigma > -np.inf
+        gs = (np.exp(P - np.where(has, sigma, 0.0)[:, None, None]) * np.where(valid, D, 0.0)).sum(axis=2)
+        lam = np.where(has, np.where(has, sigma, 0.0) + m, -np.inf) + _np_log_weights(prep)
+        log_scale = lam.max()
+        if log_scale > -np.inf:
+            c = np.exp(lam - log_scale)
+            G_kq = np.einsum("nld,nl,ne->de", X, c[:, None] * gs, xL)
+    elif mode == kernels.MODE_OV_STABLE:
+        lam = m + _np_log_weights(prep)
+        log_scale = lam.max()
+        if log_scale > -np.inf:
+            c = np.exp(lam - log_scale)
+            G_ov = prep.E @ (c[:, None] * g).T @ h
+    return loss, log_scale, losses, z, np.where(mask, phi, 0.0), G_ov, G_kq
+
+
+# ---- dispatch ---------------------------------------------------------------------------------------
+
+def _parallel(prep: Prepared) -> bool:
+    return prep.tokens.size * prep.K >= PARALLEL_MIN_WORK
+
+
+def _numba_pass(prep: Prepared, Bov, Bkq, mode: int):
+    """kernels pass in token space: (loss, log_scale, losses, logits, attn, G_ov [K, K], G_kq [K, K])."""
+    sentences = kernels.sentences_parallel if _parallel(prep) else kernels.sentences_serial
+    losses, lam, logits, gz, attn, gs = sentences(prep.tokens, prep.lengths, prep.targets, prep.weights,
+                                                  Bov, Bkq, mode)
+    loss, log_scale, G_ov, G_kq = kernels.reduce(prep.tokens, prep.lengths, prep.weights, mode,
+                                                 losses, lam, gz, attn, gs)
+    return loss, log_scale, losses, logits, attn, G_ov, G_kq
+
+
+def _run(prep: Prepared, W_ov, W_kq, mode: int, backend: str):
+    """(loss, log_scale, losses, logits, attn, G_ov [d, d], G_kq [d, d]) from either backend."""
+    if W_kq is None:
+        W_kq = np.zeros((prep.d, prep.d))
+    if backend == "numpy":
+        return _np_run(prep, W_ov, W_kq, mode)
+    if prep.onehot:
+        Bov, Bkq = W_ov, W_kq
+    else:
+        Bov, Bkq = kernels.token_matrix(prep.E, W_ov), kernels.token_matrix(prep.E, W_kq)
+    loss, log_scale, losses, logits, attn, G_ov, G_kq = _numba_pass(prep, Bov, Bkq, mode)
+    if not prep.onehot:
+        G_ov, G_kq = kernels.embed_matrix(prep.E, G_ov), kernels.embed_matrix(prep.E, G_kq)
+    return loss, log_scale, losses, logits, attn, G_ov, G_kq
+
+
+def _unit(G: np.ndarray, log_scale: float, backend: str) -> Direction:
+    """Direction of exp(log_scale) * G: G/‖G‖_F and log_scale + log ‖G‖_F (norm formed from G/max|G|)."""
+    if backend == "numba":
+        u, log_norm = kernels.unit(G, log_scale)
+        return Direction(None, -np.inf) if log_norm == -np.inf else Direction(u, log_norm)
+    amax = float(np.abs(G).max()) if log_scale > -np.inf else 0.0
+    if amax == 0.0:
+        return Direction(None, -np.inf)
+    nrm = float(np.sqrt(np.sum((G / amax) ** 2)))
+    return Direction(G / (amax * nrm), log_scale + float(np.log(amax)) + float(np.log(nrm)))
+
+
+def _forward(prep: Prepared, W_ov, W_kq, backend: str) -> Forward:
+    loss, _, losses, logits, attn, _, _ = _run(prep, W_ov, W_kq, kernels.MODE_FORWARD, backend)
+    return Forward(float(loss), losses, logits, attn)
+
+
+def _loss_and_grad(prep: Prepared, W_ov, W_kq, backend: str):
+    loss, _, _, _, _, G_ov, G_kq = _run(prep, W_ov, W_kq, kernels.MODE_GRAD, backend)
+    return float(loss), G_ov, G_kq
+
+
+def _direction(prep: Prepared, W_ov, W_kq, wrt: str, method: str, backend: str):
+    """(Direction of ∇_{W_wrt} of the weighted loss, loss); wrt "kq" | "ov", method "stable" | "naive"."""
+    if method == "naive":
+        loss, G_ov, G_kq = _loss_and_grad(prep, W_ov, W_kq, backend)
+        return _unit(G_kq if wrt == "kq" else G_ov, 0.0, backend), loss
+    mode = kernels.MODE_KQ_STABLE if wrt == "kq" else kernels.MODE_OV_STABLE
+    loss, log_scale, _, _, _, G_ov, G_kq = _run(prep, W_ov, W_kq, mode, backend)
+    return _unit(G_kq if wrt == "kq" else G_ov, log_scale, backend), float(loss)
+
+
+# ---- public API -------------------------------------------------------------------------------------
+
+def forward(ds: Dataset, W_ov, W_kq, backend: str = "numba") -> Forward:
+    """Forward pass and Eq. 1 loss. W_ov, W_kq [d, d] array-likes."""
+    backend = check_backend(backend)
+    prep = _prepared(ds)
+    return _forward(prep, _weight("W_ov", W_ov, prep.d), _weight("W_kq", W_kq, prep.d), backend)
+
+
+def loss_and_grad(ds: Dataset, W_ov, W_kq, backend: str = "numba"):
+    """(loss, grad_W_ov [d, d], grad_W_kq [d, d]) of Eq. 1, closed-form gradients of spec §3."""
+    backend = check_backend(backend)
+    prep = _prepared(ds)
+    return _loss_and_grad(prep, _weight("W_ov", W_ov, prep.d), _weight("W_kq", W_kq, prep.d), backend)
+
+
+def collocation_loss_and_grad(E, succ, W_ov, C=None, weights=None, backend: str = "numba"):
+    """(L0, ∇L0 [d, d]) with L0 = Σ_{x∈C} w_x (-log softmax(E^T W_ov e_x)_{n(x)}),
+    ∇L0 = Σ_x w_x E (p_x - e_{n(x)}) e_x^T. C defaults to the tokens with succ >= 0; w_x = 1/|C|, or
+    ``weights`` [K] (e.g. token frequencies) normalised to sum 1 over C."""
+    backend = check_backend(backend)
+    prep = _prepared_collocation(E, succ, C, weights)
+    loss, G_ov, _ = _loss_and_grad(prep, _weight("W_ov", W_ov, prep.d), None, backend)
+    return loss, G_ov
+
+
+def kq_direction(ds: Dataset, W_ov, W_kq, method: str = "stable", backend: str = "numba") -> Direction:
+    """Normalized-GD direction of stage 2: G/‖G‖_F with G = ∇_{W_kq} L (Eq. 1).
+
+    "naive": from the float64 gradient of :func:`loss_and_grad`; "stable": computed in log scale
+    (spec §4, kernels docstring), equal to the naive one where that is accurate and still accurate
+    when p_y - 1 or the attention gradient underflow or cancel."""
+    backend, method = check_backend(backend), _check_method(method)
+    prep = _prepared(ds)
+    return _direction(prep, _weight("W_ov", W_ov, prep.d), _weight("W_kq", W_kq, prep.d), "kq", method, backend)[0]
+
+
+def ov_direction(E, succ, W_ov, C=None, weights=None, method: str = "stable", backend: str = "numba") -> Direction:
+    """Normalized-GD direction of stage 1: G/‖G‖_F with G = ∇L0(W_ov) (see collocation_loss_and_grad)."""
+    backend, method = check_backend(backend), _check_method(method)
+    prep = _prepared_collocation(E, succ, C, weights)
+    return _direction(prep, _weight("W_ov", W_ov, prep.d), None, "ov", method, backend)[0]
+
+
+def _ideal_ff_tokens(succ: np.ndarray, lam: float) -> np.ndarray:
+    """Token-space output matrix of the ideal feed-forward, [K, K]: λ' (1[v = n(x)] - 1/K) for x ∈ C
+    (succ[x] >= 0), 0 for x ∉ C, λ' = λ/‖W_ov*‖, ‖W_ov*‖² = |C|(K-1)/K. For orthonormal E it is
+    E^T (λ W_ov*/‖W_ov*‖) E."""
+    K = succ.size
+    inC = succ >= 0
+    norm_star = np.sqrt(inC.sum() * (K - 1) / K)
+    if norm_star == 0:
+        raise InputError("ideal feed-forward: W_ov* is zero (no token has a successor, or K = 1)")
+    M = np.zeros((K, K))
+    x = np.flatnonzero(inC)
+    M[succ[x], x] = 1.0
+    M[:, x] -= 1.0 / K
+    return (lam / norm_star) * M
+
+
+def ideal_ff_loss(ds: Dataset, W_kq, lam, backend: str = "numba") -> float:
+    """Eq. 1 with the ideal feed-forward: z_v = λ' (ψ_v - ψ_C/K), ψ_v = attention mass on tokens whose
+    successor is v, ψ_C = mass on tokens with a successor (= 1 when C = V, giving the spec's
+    λ'(ψ_v - 1/K)), λ' = λ/‖W_ov*‖ with ‖W_ov*‖² = |C|(K-1)/K. Equals Eq. 1 with W_ov = λ W_ov*/‖W_ov*‖
+    for orthonormal E; for other E it is this closed form by definition. Needs ds.succ."""
+    backend = check_backend(backend)
+    prep = _prepared(ds)
+    if ds.succ is None:
+        raise InputError("ideal_ff_loss: the dataset has no collocation map 'succ'")
+    lam = as_scalar("lam", lam, "float", low=0.0)
+    W_kq = _weight("W_kq", W_kq, prep.d)
+    B = _ideal_ff_tokens(ds.succ, lam)
+    if backend == "numpy":
+        X, xL, mask, phi, lphi = _np_attention(prep, W_kq)
+        K, succ = prep.K, ds.succ
+        succ_tok = np.where(mask, succ[np.where(mask, prep.tokens, 0)], -1)   # n(τ_l), -1 = none
+        psi = np.einsum("nl,nlv->nv", phi, succ_tok[:, :, None] == np.arange(K))
+        psi_C = (phi * (succ_tok >= 0)).sum(axis=1, keepdims=True)
+        z = lam / np.sqrt((succ >= 0).sum() * (K - 1) / K) * (psi - psi_C / K)   # λ'(ψ_v - ψ_C/K)
+        losses = _np_output(z, prep.targets)[0]
+        return float(prep.weights @ losses)
+    Bkq = W_kq if prep.onehot else kernels.token_matrix(prep.E, W_kq)
+    return float(_numba_pass(prep, B, Bkq, kernels.MODE_FORWARD)[0])
