@@ -1,0 +1,93 @@
+"""The ``eval`` / ``train`` contract for model = "twostage" (spec/interchange.md).
+
+inputs   tokens [N, Lmax] int (−1 past a sentence's length), lengths [N] int, targets [N] int,
+         W_ov [d, d], W_kq [d, d], exactly one of E [d, K] or K (0-d int; E = I_K), optional succ [K] int
+eval     loss (0-d), logits [N, K], attn [N, Lmax] (0 past the length), grad_W_ov [d, d], grad_W_kq [d, d];
+         with succ also loss0 (0-d, L0 over C = every token with succ ≥ 0) and grad0_W_ov [d, d]
+train    inputs additionally succ (required), eta0, eta (0-d > 0), T0, T (0-d int ≥ 0), optional direction
+         ("stable" | "naive"); W_ov / W_kq are the initial values. Outputs W_ov, W_kq (final), W_ov_star,
+         W_kq_star, stage1_loss / stage1_norm / stage1_corr [T0 + 1], stage2_loss / stage2_norm /
+         stage2_corr [T + 1] (index t = after t updates; a stage stopped by a zero gradient is padded with
+         its last value), loss_floor (0-d L*).
+Unknown array names are errors. Outputs are float64, scalars 0-d.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+import numpy as np
+
+from ..checks import as_float, as_scalar, check_names
+from ..errors import InputError
+from ..progress import silent
+from .data import Dataset
+from .model import collocation_loss_and_grad, forward, loss_and_grad
+from .train import DIRECTIONS, two_stage
+
+DATA = ("tokens", "lengths", "targets", "W_ov", "W_kq")
+TRAIN = ("succ", "eta0", "eta", "T0", "T")
+
+
+def _check_names(arrays: Mapping, required, optional, what: str) -> None:
+    """check_names, unknown names first (a typo then reads "unknown array 'W_KQ' (did you mean 'W_kq'?)"
+    rather than "missing array 'W_kq'")."""
+    check_names(arrays, (), (*required, *optional), what)
+    check_names(arrays, required, optional, what)
+
+
+def _dataset(arrays: Mapping) -> Dataset:
+    """The Dataset of an input dict (exactly one of E / K)."""
+    if ("E" in arrays) == ("K" in arrays):
+        raise InputError("give exactly one of array 'E' [d, K] (embeddings) or 'K' (0-d int, one-hot E = I_K)"
+                         + (", not both" if "E" in arrays else ""))
+    if "E" in arrays:
+        E = as_float("E", arrays["E"], (None, None))
+    else:
+        E = np.eye(as_scalar("K", arrays["K"], kind="int", low=1))
+    return Dataset(arrays["tokens"], arrays["lengths"], arrays["targets"], E, arrays.get("succ"))
+
+
+def _matrices(arrays: Mapping, d: int):
+    return as_float("W_ov", arrays["W_ov"], (d, d)), as_float("W_kq", arrays["W_kq"], (d, d))
+
+
+def _f64(x) -> np.ndarray:
+    return np.asarray(x, dtype=np.float64, order="C")
+
+
+def evaluate(model: str, arrays: Mapping[str, np.ndarray], backend: str = "numba") -> dict[str, np.ndarray]:
+    """Outputs of ``ntpref eval`` for model "twostage"."""
+    _check_names(arrays, DATA, ("E", "K", "succ"), f"{model} eval input")
+    ds = _dataset(arrays)
+    W_ov, W_kq = _matrices(arrays, ds.d)
+    fw = forward(ds, W_ov, W_kq, backend)
+    loss, g_ov, g_kq = loss_and_grad(ds, W_ov, W_kq, backend)
+    inside = np.arange(ds.Lmax)[None, :] < ds.lengths[:, None]
+    out = {"loss": _f64(loss), "logits": _f64(fw.logits), "attn": _f64(np.where(inside, fw.attn, 0.0)),
+           "grad_W_ov": _f64(g_ov), "grad_W_kq": _f64(g_kq)}
+    if ds.succ is not None:
+        loss0, g0 = collocation_loss_and_grad(ds.E, ds.succ, W_ov, backend=backend)
+        out.update(loss0=_f64(loss0), grad0_W_ov=_f64(g0))
+    return out
+
+
+def train(model: str, arrays: Mapping[str, np.ndarray], backend: str = "numba",
+          progress: Callable[[str, int, int], None] = silent) -> dict[str, np.ndarray]:
+    """Outputs of ``ntpref train`` for model "twostage": Algorithm 1 from the given W_ov / W_kq."""
+    _check_names(arrays, DATA + TRAIN, ("E", "K", "direction"), f"{model} train input")
+    ds = _dataset(arrays)
+    W_ov, W_kq = _matrices(arrays, ds.d)
+    direction = as_scalar("direction", arrays["direction"], kind="str") if "direction" in arrays else "stable"
+    if direction not in DIRECTIONS:
+        raise InputError(f"array 'direction': must be one of {', '.join(DIRECTIONS)}, got {direction!r}")
+    res = two_stage(ds, eta0=as_scalar("eta0", arrays["eta0"], low=0, low_open=True),
+                    eta=as_scalar("eta", arrays["eta"], low=0, low_open=True),
+                    T0=as_scalar("T0", arrays["T0"], kind="int", low=0),
+                    T=as_scalar("T", arrays["T"], kind="int", low=0),
+                    direction=direction, W_ov0=W_ov, W_kq0=W_kq, backend=backend, progress=progress)
+    out = {"W_ov": res.W_ov, "W_kq": res.W_kq, "W_ov_star": res.W_ov_star, "W_kq_star": res.W_kq_star,
+           "loss_floor": res.loss_floor}
+    for stage, metrics in (("stage1", res.stage1), ("stage2", res.stage2)):
+        for key in ("loss", "norm", "corr"):
+            out[f"{stage}_{key}"] = metrics[key]
+    return {k: _f64(v) for k, v in out.items()}

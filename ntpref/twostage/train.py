@@ -1,0 +1,288 @@
+"""Algorithm 1 of spec/twostage.md §4: two-stage normalized gradient descent.
+
+stage 1 (pre-processing, feed-forward): W_ov ← W_ov0 (0);  T0 times  W_ov ← W_ov − η0 G/‖G‖_F,  G = ∇L0(W_ov)
+stage 2 (main, attention, W_ov frozen):  W_kq ← W_kq0 (0); T  times  W_kq ← W_kq − η  G/‖G‖_F,  G = ∇_{W_kq} L
+
+Step convention: ``t`` counts updates; the metrics at index t belong to the iterate after t updates
+(index 0 is the initial value), so the stage-1 arrays have T0 + 1 entries and the stage-2 arrays T + 1.
+
+A stage whose gradient is exactly zero (no direction, ‖G‖_F = 0) stops cleanly: no division by zero, the
+iterate stays where it is, :attr:`Stop.reason` is ``"zero_gradient"`` and :attr:`Stop.step` the number of
+updates made. The metric arrays keep their full length and are padded by repeating the last value — which
+is exactly the trajectory of a method that stays put when it has no direction, and keeps the interchange
+arrays at their fixed lengths T0 + 1 / T + 1.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+from numba import njit
+
+from ..checks import as_float, as_int, as_scalar, check_backend
+from ..errors import InputError
+from ..progress import silent
+from . import kernels, model
+from .data import Dataset, optimal_tokens
+from .svm import W_kq_star, W_ov_star, rho
+
+DIRECTIONS = ("stable", "naive")
+STAGE1_METRICS = ("loss", "norm", "corr")
+STAGE2_METRICS = ("loss", "norm", "corr", "excess", "accuracy", "attn_opt")
+
+
+@dataclass(frozen=True)
+class Stop:
+    """Why a stage ended: ``reason`` is "max_steps" (all steps made) or "zero_gradient" (‖G‖_F = 0 at the
+    iterate after ``step`` updates); ``step`` = number of updates actually made."""
+
+    reason: str
+    step: int
+
+
+@dataclass(frozen=True, eq=False)
+class TwoStageResult:
+    """Output of :func:`two_stage`.
+
+    W_ov       [d, d]  the feed-forward matrix used (frozen) in stage 2: the stage-1 result, or λ·W̄_ov* under
+                       ``ideal_ff``
+    W_ov_stage1 [d, d] the stage-1 result itself
+    W_kq       [d, d]  the stage-2 result
+    W_ov_star, W_kq_star [d, d]  max-margin solutions (spec §5); ``certificates`` holds their Certificates
+                       under the keys "W_ov_star" and "W_kq_star"
+    stage1     dict of [T0 + 1] arrays over t = 0..T0: "loss" L0, "norm" ‖W_ov‖_F, "corr" ρ(W_ov, W_ov*)
+    stage2     dict of [T + 1] arrays over t = 0..T: "loss" L (Eq. 1 on the stage-2 sentences), "norm"
+               ‖W_kq‖_F, "corr" ρ(W_kq, W_kq*), "excess" L − L*, "accuracy" (fraction of sentences whose
+               target logit is strictly the largest), "attn_opt" (mean attention mass on the optimal token
+               x*, all its copies)
+    loss_floor L* = mean over the stage-2 sentences of −log softmax(E^T W_ov e_{x*})_y (attention fully on
+               x*, W_ov frozen); L − L* → 0 is the stage-2 prediction of spec §6
+    stop1, stop2  :class:`Stop` of each stage
+    lam        λ of the ideal feed-forward (None when not used)
+    snapshots  {t: W_kq after t stage-2 updates} for the requested ``snapshots`` steps
+    """
+
+    W_ov: np.ndarray
+    W_kq: np.ndarray
+    W_ov_star: np.ndarray
+    W_kq_star: np.ndarray
+    certificates: dict
+    stage1: dict
+    stage2: dict
+    loss_floor: float
+    stop1: Stop
+    stop2: Stop
+    W_ov_stage1: np.ndarray
+    lam: float | None = None
+    snapshots: dict = field(default_factory=dict)
+
+
+# ---- helpers ------------------------------------------------------------------------------------
+
+def with_collocations(ds: Dataset, C=None) -> Dataset:
+    """D ∪ D0: the sentences of ``ds`` followed by the one-token sentences ([x], n(x)) for x in C
+    (C default: every token with a successor, succ[x] ≥ 0)."""
+    if ds.succ is None:
+        raise InputError("with_collocations: the dataset has no collocation map 'succ'")
+    D0 = model._prepared_collocation(ds.E, ds.succ, C)
+    sentences = [ds.sentence(i).tolist() for i in range(ds.N)] + D0.tokens.tolist()
+    return Dataset.from_sentences(sentences, np.concatenate([ds.targets, D0.targets]), E=ds.E, succ=ds.succ)
+
+
+def token_frequency(ds: Dataset) -> np.ndarray:
+    """[K] occurrences of each token over all positions of all sentences (the "frequency" L0 weights)."""
+    return np.bincount(ds.tokens[ds.tokens >= 0], minlength=ds.K).astype(np.float64)
+
+
+def loss_floor(ds: Dataset, W_ov, xstar=None, backend: str = "numba") -> float:
+    """L* = mean_i −log softmax(E^T W_ov e_{x*_i})_{y_i}: Eq. 1 with attention fully on the optimal token
+    (the sentence reduced to its optimal token x*, i.e. a one-token sentence [x*] with the same target)."""
+    xstar = optimal_tokens(ds) if xstar is None else xstar
+    single = Dataset(xstar[:, None], np.ones(ds.N, dtype=np.int64), ds.targets, ds.E)
+    return model._forward(model._prepared(single), as_float("W_ov", W_ov, (ds.d, ds.d)), None,
+                          check_backend(backend)).loss
+
+
+def prediction_metrics(ds: Dataset, logits: np.ndarray, attn: np.ndarray, xstar: np.ndarray) -> tuple[float, float]:
+    """(accuracy, attention mass) of a forward pass over ``ds``: the fraction of sentences whose target logit is
+    strictly the largest (a tie counts as wrong), and the mean over sentences of the attention on the token
+    ``xstar[i]`` (all its copies). logits [N, K], attn [N, Lmax], xstar [N] int64."""
+    return _accuracy_and_mass(logits, attn, ds.tokens, ds.lengths, ds.targets, xstar)
+
+
+@njit(cache=True)
+def _accuracy_and_mass(logits, attn, tokens, lengths, targets, xstar):
+    """(fraction of sentences with logits[y] strictly largest, mean attention mass on the tokens = x*)."""
+    N, K = logits.shape
+    correct = 0.0
+    mass = 0.0
+    for i in range(N):
+        y = targets[i]
+        ok = True
+        for v in range(K):
+            if v != y and logits[i, v] >= logits[i, y]:
+                ok = False
+                break
+        if ok:
+            correct += 1.0
+        m = 0.0
+        for l in range(lengths[i]):
+            if tokens[i, l] == xstar[i]:
+                m += attn[i, l]
+        mass += m
+    return correct / N, mass / N
+
+
+def _init(shape, W0, name, init, sigma, rng):
+    if W0 is not None:
+        return as_float(name, W0, shape).copy()
+    if init == "zeros":
+        return np.zeros(shape)
+    return sigma * rng.standard_normal(shape)
+
+
+def _weights(ds: Dataset, l0_weights):
+    """None | "frequency" | array [K] → the ``weights`` of the collocation loss (validated there)."""
+    if isinstance(l0_weights, str):
+        if l0_weights != "frequency":
+            raise InputError(f"option 'l0_weights' must be None, \"frequency\" or an array [K], got {l0_weights!r}")
+        return token_frequency(ds)
+    return l0_weights
+
+
+def _pad(arrays: dict, t: int) -> None:
+    for a in arrays.values():
+        a[t + 1:] = a[t]
+
+
+# ---- Algorithm 1 --------------------------------------------------------------------------------
+
+def two_stage(ds: Dataset, *, eta0: float | None = None, eta: float | None = None, T0: int = 1000, T: int = 10000,
+              direction: str = "stable", W_ov0=None, W_kq0=None, init: str = "zeros", sigma: float = 0.1,
+              seed: int = 0, C=None, l0_weights=None, ideal_ff: bool | float = False, include_D0: bool = False,
+              snapshots: Sequence[int] = (), backend: str = "numba",
+              progress: Callable[[str, int, int], None] = silent) -> TwoStageResult:
+    """Run Algorithm 1 (spec §4) on a realizable dataset with a collocation map ``ds.succ``.
+
+    eta0, eta    step sizes; default the paper's 0.2/√d and 0.05/√d
+    T0, T        number of updates of stage 1 and stage 2
+    direction    "stable" (log-scale direction, default) or "naive" (plain float64 gradient), both stages
+    W_ov0, W_kq0 initial values [d, d]; when absent: zeros (``init="zeros"``, the paper's algorithm) or
+                 i.i.d. N(0, sigma²) entries (``init="gaussian"``, drawn from default_rng(seed), W_ov0 first)
+    C            collocation set of L0 (distinct token ids with a successor); default every x with succ ≥ 0
+                 (C = V when n is a permutation)
+    l0_weights   None (uniform mean over C), "frequency" (x weighted by its number of occurrences over all
+                 token positions of ``ds``; a token that never occurs gets weight 0 and its column of W_ov
+                 stays at its initial value), or an array [K] of weights ≥ 0; normalised to sum 1 over C
+    ideal_ff     False: stage 2 uses the stage-1 result W_ov. True: stage 2 uses the ideal feed-forward
+                 λ·W̄_ov* (W̄ = W/‖W‖_F) with λ = ‖W_ov‖_F of the stage-1 result (= η0·T0 from zero init);
+                 a positive number: that λ. Under the defaults (zero init, E = I, C = V, uniform weights)
+                 the stage-1 result lies on the ray of W_ov*, so both give the same Eq. 1 (up to rounding).
+    include_D0   False: stage 2 trains on the sentences of ``ds`` (D). True: on D ∪ D0, D0 = the one-token
+                 sentences ([x], n(x)), x in C, each weighted like a sentence of D (mean over N + |C|). A
+                 one-token sentence has attention 1 whatever W_kq, so it adds nothing to ∇_{W_kq} L: the
+                 normalized direction, hence the W_kq trajectory, is the same up to rounding; the reported
+                 L, L*, accuracy and attention mass average over D ∪ D0.
+    snapshots    stage-2 steps t (0..T) at which W_kq is stored in ``result.snapshots``
+    backend      "numba" | "numpy"
+    progress     callable progress(label, done, total), labels "stage 1" and "stage 2"
+    """
+    check_backend(backend)
+    if not isinstance(ds, Dataset):
+        raise InputError(f"two_stage: expected a ntpref.twostage.data.Dataset, got {type(ds).__name__}")
+    if direction not in DIRECTIONS:
+        raise InputError(f"option 'direction' must be one of {', '.join(DIRECTIONS)}, got {direction!r}")
+    if init not in ("zeros", "gaussian"):
+        raise InputError(f"option 'init' must be \"zeros\" or \"gaussian\", got {init!r}")
+    if ds.succ is None:
+        raise InputError("two_stage: the dataset has no collocation map 'succ' (stage 1 trains on it)")
+    d = ds.d
+    eta0 = 0.2 / np.sqrt(d) if eta0 is None else as_scalar("eta0", eta0, low=0, low_open=True)
+    eta = 0.05 / np.sqrt(d) if eta is None else as_scalar("eta", eta, low=0, low_open=True)
+    T0 = as_scalar("T0", T0, kind="int", low=0)
+    T = as_scalar("T", T, kind="int", low=0)
+    sigma = as_scalar("sigma", sigma, low=0)
+    snapshots = set(as_int("snapshots", np.asarray(list(snapshots), dtype=np.int64), (None,), low=0, high=T).tolist())
+    prep0 = model._prepared_collocation(ds.E, ds.succ, C, _weights(ds, l0_weights))
+    C = prep0.tokens[:, 0]
+    rng = np.random.default_rng(seed)
+    W_ov = _init((d, d), W_ov0, "W_ov0", init, sigma, rng)
+    W_kq = _init((d, d), W_kq0, "W_kq0", init, sigma, rng)
+    W_ov_s, cert_ov = W_ov_star(ds.E, ds.succ, C)
+    W_kq_s, cert_kq = W_kq_star(ds)
+
+    W_ov_stage1, stage1, stop1 = _stage1(prep0, W_ov, W_ov_s, eta0, T0, direction, backend, progress)
+    W_ov, lam = W_ov_stage1, None
+    if ideal_ff is not False:
+        lam = float(np.linalg.norm(W_ov)) if ideal_ff is True else as_scalar("ideal_ff", ideal_ff, low=0,
+                                                                             low_open=True)
+        if not np.any(W_ov_s):
+            raise InputError("option 'ideal_ff': W_ov* is zero (K = 1), there is no ideal feed-forward direction")
+        W_ov = lam / np.linalg.norm(W_ov_s) * W_ov_s
+    ds2 = with_collocations(ds, C) if include_D0 else ds
+    xstar = optimal_tokens(ds2)
+    floor = loss_floor(ds2, W_ov, xstar, backend)
+    W_kq, stage2, stop2, snaps = _stage2(ds2, W_ov, W_kq, W_kq_s, xstar, floor, eta, T, direction, snapshots,
+                                         backend, progress)
+    return TwoStageResult(W_ov=W_ov, W_kq=W_kq, W_ov_star=W_ov_s, W_kq_star=W_kq_s,
+                          certificates={"W_ov_star": cert_ov, "W_kq_star": cert_kq}, stage1=stage1, stage2=stage2,
+                          loss_floor=floor, stop1=stop1, stop2=stop2, W_ov_stage1=W_ov_stage1, lam=lam,
+                          snapshots=snaps)
+
+
+def _stage1(prep0, W_ov, W_star, eta0, T0, method, backend, progress):
+    """Stage 1 on the collocation set: metrics over t = 0..T0 and the final W_ov."""
+    m = {k: np.empty(T0 + 1) for k in STAGE1_METRICS}
+    stop = Stop("max_steps", T0)
+    for t in range(T0 + 1):
+        m["norm"][t] = np.linalg.norm(W_ov)
+        m["corr"][t] = rho(W_ov, W_star)
+        if t == T0:
+            m["loss"][t] = model._forward(prep0, W_ov, None, backend).loss
+            break
+        direction, m["loss"][t] = model._direction(prep0, W_ov, None, "ov", method, backend)
+        if direction.unit is None:
+            stop = Stop("zero_gradient", t)
+            _pad(m, t)
+            break
+        W_ov = W_ov - eta0 * direction.unit
+        if t % 256 == 0:
+            progress("stage 1", t, T0)
+    progress("stage 1", T0, T0)
+    return W_ov, m, stop
+
+
+# one pass of the Numba/NumPy model per stage-2 step gives the loss, logits, attention and the gradient
+_KQ_MODE = {"stable": kernels.MODE_KQ_STABLE, "naive": kernels.MODE_GRAD}
+
+
+def _stage2(ds, W_ov, W_kq, W_star, xstar, floor, eta, T, method, snapshots, backend, progress):
+    """Stage 2 on ``ds`` with W_ov frozen: metrics over t = 0..T, final W_kq and the snapshots."""
+    prep = model._prepared(ds)
+    m = {k: np.empty(T + 1) for k in STAGE2_METRICS}
+    stop = Stop("max_steps", T)
+    snaps = {}
+    for t in range(T + 1):
+        mode = kernels.MODE_FORWARD if t == T else _KQ_MODE[method]
+        loss, log_scale, _, logits, attn, _, G = model._run(prep, W_ov, W_kq, mode, backend)
+        m["loss"][t] = loss
+        m["norm"][t] = np.linalg.norm(W_kq)
+        m["corr"][t] = rho(W_kq, W_star)
+        m["accuracy"][t], m["attn_opt"][t] = prediction_metrics(ds, logits, attn, xstar)
+        if t in snapshots:
+            snaps[t] = W_kq
+        if t == T:
+            break
+        unit = model._unit(G, log_scale, backend).unit
+        if unit is None:
+            stop = Stop("zero_gradient", t)
+            _pad(m, t)
+            snaps.update({s: W_kq for s in snapshots if s > t})
+            break
+        W_kq = W_kq - eta * unit
+        if t % 256 == 0:
+            progress("stage 2", t, T)
+    m["excess"] = m["loss"] - floor
+    progress("stage 2", T, T)
+    return W_kq, m, stop, snaps
