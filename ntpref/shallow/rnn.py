@@ -1,0 +1,285 @@
+"""The diagonal RNN (IndRNN, Cayci & Eryilmaz) baseline of paper (2), spec/shallow.md §6.
+
+Model (sample X = [x_1 .. x_T], x_t ∈ R^d; m units; σ = tanh or erf(x/√2))::
+
+    h_0 = 0,   p_t = W_in x_t + u ⊙ h_{t−1},   h_t = σ(p_t)          (t = 1..T)
+    f(X) = m^{−1/2} Σ_i c_i h_{T,i}
+
+Loss over n samples, residual r_j = f(X_j) − y_j, with κ ∈ {1, 2}::
+
+    loss = (κ/2n) Σ_j r_j²             κ = 2: the mean squared error (the paper's loss);
+                                       κ = 1: half the mean squared error
+    g_j  = κ r_j / n                   so that ∂loss/∂f_j = g_j exactly for both values of κ
+
+(the convention, validation of κ and X, and loss formula are shared with the transformer in
+:mod:`ntpref.shallow.model`).
+
+Backprop through time in closed form, per unit i (and summed over samples j)::
+
+    δ_T = g c_i / √m
+    for t = T..1:  ε_t = δ_t σ'(p_t);  ∂W_in_i += ε_t x_t;  ∂u_i += ε_t h_{t−1};  δ_{t−1} = ε_t u_i
+    ∂c_i = m^{−1/2} Σ_j g_j h_{T,i}
+
+Shapes: X [n, T, d] (row t is token x_t), y [n], c [m], u [m], W_in [m, d].
+
+Two backends with the same validation: ``"numpy"`` (vectorised over samples and units, a Python loop
+over time only; reads like the equations above) and ``"numba"`` (parallel over fixed blocks of
+:data:`BLOCK` samples, each block writing its own gradient slot, then a serial reduction over the
+blocks in order: bitwise identical results for any number of threads).
+
+Summation order of the readout: unit i and unit i + ⌊m/2⌋ are added first (then the pairs in order,
+then the last unit when m is odd), so the paired initialisation of :func:`rnn_paired_init` gives
+f = 0 exactly, not merely up to rounding.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit, prange
+
+from ..checks import as_float, as_scalar, check_backend
+from ..errors import InputError
+from .activation import activation_code, dsigma, dsigma_np, sigma, sigma_np
+from .model import check_kappa, check_X, loss_from_outputs
+
+BLOCK = 16
+"""Samples per parallel work item of the Numba backend (fixed, so results never depend on threads)."""
+
+
+# --------------------------------------------------------------------------------------------------
+# Validation (shared by both backends)
+# --------------------------------------------------------------------------------------------------
+
+def _check_params(X, c, u, W_in, activation, backend):
+    """Convert and validate the model inputs once; returns (X, c, u, W_in, activation code)."""
+    check_backend(backend)
+    code = activation_code(as_scalar("activation", activation, kind="str"))
+    X = check_X(X)
+    d = X.shape[2]
+    c = as_float("c", c, (None,))
+    m = c.shape[0]
+    if m == 0:
+        raise InputError("array 'c': expected at least one unit (m >= 1), got shape [0]")
+    u = as_float("u", u, (m,))
+    W_in = as_float("W_in", W_in, (m, d))
+    return X, c, u, W_in, code
+
+
+# --------------------------------------------------------------------------------------------------
+# Public API
+# --------------------------------------------------------------------------------------------------
+
+def rnn_forward(X, c, u, W_in, *, activation="tanh", backend="numba") -> np.ndarray:
+    """f [n]: the IndRNN output m^{−1/2} Σ_i c_i h_{T,i} for every sample of X [n, T, d].
+
+    c [m], u [m], W_in [m, d]; activation "tanh" | "erf"; backend "numba" | "numpy".
+    """
+    X, c, u, W_in, code = _check_params(X, c, u, W_in, activation, backend)
+    if backend == "numpy":
+        return _readout_np(c, _hidden_np(X, u, W_in, activation)[-1])
+    f = np.empty(X.shape[0])
+    _forward_kernel(X, c, u, np.ascontiguousarray(W_in.T), code, f)
+    return f
+
+
+def rnn_loss_and_grad(X, y, c, u, W_in, *, kappa=2.0, activation="tanh", backend="numba"):
+    """(f [n], loss, grad_c [m], grad_u [m], grad_W_in [m, d]) of loss = (κ/2)(1/n) Σ_j (f_j − y_j)².
+
+    κ = 2 (default) is the mean squared error; κ = 1 is half of it. The gradients are the exact
+    gradients of the returned loss (output gradient g_j = κ r_j / n), by closed-form BPTT.
+    """
+    X, c, u, W_in, code = _check_params(X, c, u, W_in, activation, backend)
+    y = as_float("y", y, (X.shape[0],))
+    kappa = check_kappa(kappa)
+    if backend == "numpy":
+        f, grad_c, grad_u, grad_W_in = _loss_grad_np(X, y, c, u, W_in, kappa, activation)
+    else:
+        n, _, d = X.shape
+        m = c.shape[0]
+        f, grad_c, grad_u, grad_WT = np.empty(n), np.empty(m), np.empty(m), np.empty((d, m))
+        _loss_grad_kernel(X, y, c, u, np.ascontiguousarray(W_in.T), code, kappa, f, grad_c, grad_u, grad_WT)
+        grad_W_in = np.ascontiguousarray(grad_WT.T)
+    return f, loss_from_outputs(f, y, kappa), grad_c, grad_u, grad_W_in
+
+
+def rnn_paired_init(m, d, seed):
+    """(c [m], u [m], W_in [m, d]): paired initialisation, so f ≡ 0 at init (spec §6).
+
+    For i < m/2: W_in_i ~ N(0, I_d), u_i = ±1.5 and c_i = ±1 with independent fair signs; the second
+    half (rows m/2..m−1) copies W_in and u and flips c. m must be even. Draws, from
+    ``np.random.default_rng(seed)`` in this order: W_in half, u signs, c signs.
+    """
+    m = as_scalar("m", m, kind="int", low=2)
+    if m % 2:
+        raise InputError(f"array 'm': paired initialisation needs an even width, got {m}")
+    d = as_scalar("d", d, kind="int", low=1)
+    seed = as_scalar("seed", seed, kind="int", low=0)
+    rng = np.random.default_rng(seed)
+    half = m // 2
+    W_half = rng.standard_normal((half, d))
+    u_half = 1.5 * (2.0 * rng.integers(0, 2, half) - 1.0)
+    c_half = 2.0 * rng.integers(0, 2, half) - 1.0
+    W_in = np.ascontiguousarray(np.concatenate([W_half, W_half]))
+    u = np.concatenate([u_half, u_half])
+    c = np.concatenate([c_half, -c_half])
+    return c, u, W_in
+
+
+# --------------------------------------------------------------------------------------------------
+# NumPy backend
+# --------------------------------------------------------------------------------------------------
+
+def _hidden_np(X, u, W_in, activation):
+    """H [T+1, n, m]: H[t] = h_t for every sample (H[0] = 0)."""
+    n, T, _ = X.shape
+    H = np.zeros((T + 1, n, u.shape[0]))
+    for t in range(T):
+        H[t + 1] = sigma_np(X[:, t] @ W_in.T + u * H[t], activation)
+    return H
+
+
+def _readout_np(c, h_T):
+    """f = m^{−1/2} Σ_i c_i h_{T,i}, pairs (i, i + ⌊m/2⌋) added first (module docstring)."""
+    m = c.shape[0]
+    half = m // 2
+    pairs = h_T[:, :half] * c[:half] + h_T[:, half:2 * half] * c[half:2 * half]
+    s = pairs.sum(axis=1)
+    if m % 2:
+        s = s + h_T[:, -1] * c[-1]
+    return s / math.sqrt(m)
+
+
+def _loss_grad_np(X, y, c, u, W_in, kappa, activation):
+    """(f, grad_c, grad_u, grad_W_in) by the BPTT of the module docstring, all samples at once."""
+    n, T, _ = X.shape
+    sqrt_m = math.sqrt(c.shape[0])
+    H = _hidden_np(X, u, W_in, activation)
+    f = _readout_np(c, H[T])
+    g = kappa * (f - y) / n
+    grad_c = H[T].T @ g / sqrt_m
+    grad_u = np.zeros_like(u)
+    grad_W_in = np.zeros_like(W_in)
+    delta = g[:, None] * c / sqrt_m                          # δ_T [n, m]
+    for t in range(T - 1, -1, -1):                           # step t + 1 of the recurrence
+        p = X[:, t] @ W_in.T + u * H[t]                      # p_{t+1}, recomputed from h_t
+        eps = delta * dsigma_np(p, activation)
+        grad_W_in += eps.T @ X[:, t]
+        grad_u += (eps * H[t]).sum(axis=0)
+        delta = eps * u
+    return f, grad_c, grad_u, grad_W_in
+
+
+# --------------------------------------------------------------------------------------------------
+# Numba backend. W_in enters transposed (WT [d, m]) so that the inner loops run over units with
+# unit stride and no reductions (they vectorise without reordering any sum).
+# --------------------------------------------------------------------------------------------------
+
+@njit(cache=True)
+def _unit_states(x, WT, u, code, H, D):
+    """One sample x [T, d]: H[t] = h_t (t = 0..T, H[0] = 0), D[t] = σ'(p_{t+1}) (t = 0..T−1)."""
+    T, d = x.shape
+    m = u.shape[0]
+    for i in range(m):
+        H[0, i] = 0.0
+    for t in range(T):
+        for i in range(m):
+            D[t, i] = 0.0
+        for k in range(d):
+            xk = x[t, k]
+            for i in range(m):
+                D[t, i] += WT[k, i] * xk                     # (W_in x_{t+1})_i
+        for i in range(m):
+            D[t, i] += u[i] * H[t, i]                        # p_{t+1}
+        if code == 0:
+            # tanh: σ'(p) = 1 − tanh(p)², bitwise what dsigma computes, without a second tanh
+            for i in range(m):
+                h = sigma(D[t, i], 0)
+                H[t + 1, i] = h
+                D[t, i] = 1.0 - h * h
+        else:
+            for i in range(m):
+                p = D[t, i]
+                H[t + 1, i] = sigma(p, code)
+                D[t, i] = dsigma(p, code)
+
+
+@njit(cache=True)
+def _readout(c, h):
+    """m^{−1/2} Σ_i c_i h_i, pairs (i, i + ⌊m/2⌋) added first (module docstring)."""
+    m = c.shape[0]
+    half = m // 2
+    s = 0.0
+    for i in range(half):
+        s += c[i] * h[i] + c[i + half] * h[i + half]
+    if m % 2:
+        s += c[m - 1] * h[m - 1]
+    return s / math.sqrt(m)
+
+
+@njit(cache=True, parallel=True)
+def _forward_kernel(X, c, u, WT, code, f):
+    """f[j] for every sample; blocks of BLOCK samples in parallel, each writing its own f[j]."""
+    n, T, _ = X.shape
+    m = u.shape[0]
+    nblocks = (n + BLOCK - 1) // BLOCK
+    for b in prange(nblocks):
+        H = np.empty((T + 1, m))
+        D = np.empty((T, m))
+        for j in range(b * BLOCK, min(n, (b + 1) * BLOCK)):
+            _unit_states(X[j], WT, u, code, H, D)
+            f[j] = _readout(c, H[T])
+
+
+@njit(cache=True, parallel=True)
+def _loss_grad_kernel(X, y, c, u, WT, code, kappa, f, grad_c, grad_u, grad_WT):
+    """Forward and BPTT for every sample. Writes f [n], grad_c [m], grad_u [m], grad_WT [d, m].
+
+    Block b accumulates its samples, in order, into slot b; the slots are then summed serially in
+    block order, so the result does not depend on the number of threads.
+    """
+    n, T, d = X.shape
+    m = u.shape[0]
+    sqrt_m = math.sqrt(m)
+    nblocks = (n + BLOCK - 1) // BLOCK
+    slot_c = np.zeros((nblocks, m))
+    slot_u = np.zeros((nblocks, m))
+    slot_W = np.zeros((nblocks, d, m))
+    for b in prange(nblocks):
+        H = np.empty((T + 1, m))
+        D = np.empty((T, m))
+        delta = np.empty(m)
+        sc, su, sW = slot_c[b], slot_u[b], slot_W[b]
+        for j in range(b * BLOCK, min(n, (b + 1) * BLOCK)):
+            x = X[j]
+            _unit_states(x, WT, u, code, H, D)
+            f[j] = _readout(c, H[T])
+            g = kappa * (f[j] - y[j]) / n
+            for i in range(m):
+                sc[i] += g * H[T, i]
+                delta[i] = g * c[i] / sqrt_m                 # δ_T
+            for t in range(T - 1, -1, -1):                   # step t + 1 of the recurrence
+                for i in range(m):
+                    e = delta[i] * D[t, i]                   # ε_{t+1}
+                    su[i] += e * H[t, i]
+                    delta[i] = e * u[i]
+                    D[t, i] = e
+                for k in range(d):
+                    xk = x[t, k]
+                    for i in range(m):
+                        sW[k, i] += D[t, i] * xk
+    for i in range(m):
+        grad_c[i] = 0.0
+        grad_u[i] = 0.0
+    for k in range(d):
+        for i in range(m):
+            grad_WT[k, i] = 0.0
+    for b in range(nblocks):
+        for i in range(m):
+            grad_c[i] += slot_c[b, i]
+            grad_u[i] += slot_u[b, i]
+        for k in range(d):
+            for i in range(m):
+                grad_WT[k, i] += slot_W[b, k, i]
+    for i in range(m):
+        grad_c[i] /= sqrt_m
