@@ -107,12 +107,10 @@ def as_scalar(name: str, x, kind: str = "float", low: float | None = None, high:
 def check_names(arrays: Mapping, required: Iterable[str], optional: Iterable[str] = (), what: str = "input") -> None:
     """Raise InputError for a missing required name or any name outside required ∪ optional.
 
-    Unknown names are errors so that a typo (``W_KQ`` for ``W_kq``) is never silently ignored.
+    Unknown names are errors so that a typo (``W_KQ`` for ``W_kq``) is never silently ignored; they are
+    reported before missing ones, so a typo reads "unknown array 'W_KQ' (did you mean 'W_kq'?)".
     """
     required, allowed = list(required), set(required) | set(optional)
-    missing = [n for n in required if n not in arrays]
-    if missing:
-        raise InputError(f"{what}: missing array '{missing[0]}'" + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""))
     unknown = sorted(n for n in arrays if n not in allowed)
     if unknown:
         import difflib
@@ -120,3 +118,6 @@ def check_names(arrays: Mapping, required: Iterable[str], optional: Iterable[str
         hint = [lower[k] for k in difflib.get_close_matches(unknown[0].lower(), sorted(lower), n=1)]
         raise InputError(f"{what}: unknown array '{unknown[0]}'" + (f" (did you mean '{hint[0]}'?)" if hint else "")
                          + f"; allowed: {', '.join(sorted(allowed))}")
+    missing = [n for n in required if n not in arrays]
+    if missing:
+        raise InputError(f"{what}: missing array '{missing[0]}'" + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""))

@@ -31,7 +31,6 @@ def _parse(model: str, arrays: Mapping[str, np.ndarray], required=(), optional=(
     required = ("X", "y") + spec.blocks + tuple(required)
     optional = ("kappa",) + spec.options + tuple(optional)
     what = f"{what} input of model {model!r}"
-    check_names(arrays, (), required + optional, what)  # a typo is reported as such before "missing"
     check_names(arrays, required, optional, what)
     options = {k: as_scalar(k, arrays[k], kind=_OPTION_KINDS[k]) for k in spec.options if k in arrays}
     kappa = as_scalar("kappa", arrays["kappa"]) if "kappa" in arrays else 2.0

@@ -28,13 +28,6 @@ DATA = ("tokens", "lengths", "targets", "W_ov", "W_kq")
 TRAIN = ("succ", "eta0", "eta", "T0", "T")
 
 
-def _check_names(arrays: Mapping, required, optional, what: str) -> None:
-    """check_names, unknown names first (a typo then reads "unknown array 'W_KQ' (did you mean 'W_kq'?)"
-    rather than "missing array 'W_kq'")."""
-    check_names(arrays, (), (*required, *optional), what)
-    check_names(arrays, required, optional, what)
-
-
 def _dataset(arrays: Mapping) -> Dataset:
     """The Dataset of an input dict (exactly one of E / K)."""
     if ("E" in arrays) == ("K" in arrays):
@@ -57,7 +50,7 @@ def _f64(x) -> np.ndarray:
 
 def evaluate(model: str, arrays: Mapping[str, np.ndarray], backend: str = "numba") -> dict[str, np.ndarray]:
     """Outputs of ``ntpref eval`` for model "twostage"."""
-    _check_names(arrays, DATA, ("E", "K", "succ"), f"{model} eval input")
+    check_names(arrays, DATA, ("E", "K", "succ"), f"{model} eval input")
     ds = _dataset(arrays)
     W_ov, W_kq = _matrices(arrays, ds.d)
     fw = forward(ds, W_ov, W_kq, backend)
@@ -74,7 +67,7 @@ def evaluate(model: str, arrays: Mapping[str, np.ndarray], backend: str = "numba
 def train(model: str, arrays: Mapping[str, np.ndarray], backend: str = "numba",
           progress: Callable[[str, int, int], None] = silent) -> dict[str, np.ndarray]:
     """Outputs of ``ntpref train`` for model "twostage": Algorithm 1 from the given W_ov / W_kq."""
-    _check_names(arrays, DATA + TRAIN, ("E", "K", "direction"), f"{model} train input")
+    check_names(arrays, DATA + TRAIN, ("E", "K", "direction"), f"{model} train input")
     ds = _dataset(arrays)
     W_ov, W_kq = _matrices(arrays, ds.d)
     direction = as_scalar("direction", arrays["direction"], kind="str") if "direction" in arrays else "stable"
