@@ -1,0 +1,109 @@
+"""``ntpref reproduce``: every experiment of both papers from one command each.
+
+A *target* is a module in this package with
+
+  DESCRIPTION: str                      one line for ``ntpref reproduce --list``
+  SIZES: dict[str, dict]                {"quick": {...}, "full": {...}} keyword arguments of ``cells``
+  cells(**size) -> list[dict]           the grid of independent cells (see :mod:`ntpref.sweep`)
+  cell(**params) -> dict[str, array]    computes one cell (module level, so it can be shipped to workers)
+  summarize(results, outdir) -> Summary builds the table and the PNG figures from the results directory
+
+Results go to ``OUT/TARGET/SIZE/cells/`` (one file per cell; a rerun resumes), the figures and
+``summary.txt`` to ``OUT/TARGET/SIZE/`` (SIZE = quick | full). Summaries are built from the directory alone (``--summarize-only`` rebuilds them).
+"""
+from __future__ import annotations
+
+import importlib
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import InputError
+
+#: target name -> module (ntpref.reproduce.<module>)
+TARGETS = {
+    "twostage": "figure2",            # two-stage Figure 2: six panels + L - L* rate
+    "generalization": "generalization",  # unseen sentences: closure-determined vs non-comparable
+    "width": "width",                 # teacher-student min training loss vs m
+    "approx": "approx",               # approximation and linearisation errors vs m
+    "length": "length",               # sequence length and sample size sweeps
+    "rnn": "rnn",                     # transformer vs IndRNN on the autoregressive task
+}
+
+
+@dataclass
+class Summary:
+    """What a target's ``summarize`` returns: a text table, figure paths and headline numbers."""
+
+    table: str
+    figures: list[Path] = field(default_factory=list)
+    numbers: dict[str, float] = field(default_factory=dict)
+
+
+def target_module(name: str):
+    """The module of target ``name``; InputError for an unknown target."""
+    if name not in TARGETS:
+        raise InputError(f"unknown reproduce target {name!r}; known: {', '.join(TARGETS)}")
+    return importlib.import_module(f"{__name__}.{TARGETS[name]}")
+
+
+def run_target(name: str, size: str = "quick", out: str | Path = "results", *, workers: int = 1,
+               scheduler: str | None = None, dask_local: int | None = None, summarize_only: bool = False,
+               progress=None) -> Summary:
+    """Run (or resume) target ``name`` at ``size`` ("quick" | "full"), then summarize it."""
+    from ..sweep import load_results, run_sweep
+
+    mod = target_module(name)
+    if size not in mod.SIZES:
+        raise InputError(f"target {name!r} has no size {size!r}; sizes: {', '.join(mod.SIZES)}")
+    outdir = Path(out) / name / size
+    celldir = outdir / "cells"
+    if not summarize_only:
+        run_sweep(mod.cell, mod.cells(**mod.SIZES[size]), celldir, workers=workers, scheduler=scheduler,
+                  dask_local=dask_local, progress=progress, label=f"reproduce {name} ({size})")
+    results = load_results(celldir)
+    if not results:
+        raise InputError(f"{celldir}: no finished cells to summarize")
+    summary = mod.summarize(results, outdir)
+    (outdir / "summary.txt").write_text(summary.table + "\n")
+    return summary
+
+
+def _handler(args) -> int:
+    from ..progress import Progress
+
+    if args.list or not args.targets:
+        for name, module in TARGETS.items():
+            print(f"{name:15s} {importlib.import_module(f'{__name__}.{module}').DESCRIPTION}")
+        return 0
+    names = list(TARGETS) if args.targets == ["all"] else args.targets
+    for name in names:
+        target_module(name)  # fail on a typo before running anything
+    for name in names:
+        start = time.perf_counter()
+        s = run_target(name, "full" if args.full else "quick", args.out, workers=args.workers,
+                       scheduler=args.scheduler, dask_local=args.dask_local,
+                       summarize_only=args.summarize_only, progress=Progress(enabled=not args.quiet))
+        print(f"== {name} ({time.perf_counter() - start:.1f} s)\n{s.table}")
+        for f in s.figures:
+            print(f"figure: {f}")
+    return 0
+
+
+def register(subparsers) -> None:
+    """Add ``ntpref reproduce`` to the command line."""
+    p = subparsers.add_parser("reproduce", help="reproduce the papers' experiments (figures and tables)",
+                              description=__doc__.split("\n")[0])
+    p.add_argument("targets", nargs="*", metavar="TARGET", help=f"{' | '.join(TARGETS)} | all")
+    size = p.add_mutually_exclusive_group()
+    size.add_argument("--quick", action="store_true", help="small default size (minutes on 2 cores)")
+    size.add_argument("--full", action="store_true", help="the papers' size")
+    p.add_argument("--out", default="results", help="results directory (default: results)")
+    p.add_argument("--workers", type=int, default=1, help="local worker processes")
+    dist = p.add_mutually_exclusive_group()
+    dist.add_argument("--scheduler", metavar="tcp://HOST:PORT", help="run cells on a Dask distributed cluster")
+    dist.add_argument("--dask-local", type=int, metavar="N", help="start a local Dask cluster of N workers")
+    p.add_argument("--summarize-only", action="store_true", help="rebuild table and figures from finished cells")
+    p.add_argument("--list", action="store_true", help="list the targets")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress output")
+    p.set_defaults(func=_handler)
