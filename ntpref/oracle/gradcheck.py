@@ -1,0 +1,153 @@
+"""Gradient checking by central finite differences (``gradcheck`` and ``ntpref gradcheck``).
+
+Library use, like ``torch.autograd.gradcheck`` but for closed-form gradients::
+
+    report = gradcheck(fun, {"W": W, "b": b})       # fun(**inputs) -> (loss, {"W": dL/dW, ...})
+    assert report.ok, report.table()
+
+Every gradient array returned by ``fun`` is checked entry by entry against
+``(L(x + eps e_k) - L(x - eps e_k)) / (2 eps)``; an entry passes when
+``|grad - fd| <= atol + rtol * |fd|``. With eps = 1e-6 the truncation error is O(eps^2 |L'''|) ~ 1e-12
+and the rounding error about ulp(L)/eps ~ 2e-10 |L|, hence the default atol 1e-8 (losses of order
+one or less) and rtol 1e-7.
+
+Command line: ``ntpref gradcheck INPUT.npz [GRADS.npz]`` differentiates our loss of the model in an
+interchange input file (spec/interchange.md; twostage, shallow, indrnn) numerically and compares the
+gradients stored in GRADS.npz (e.g. a PyTorch or JAX result saved as npz) with it. Array names
+follow the ``ntpref eval`` outputs: ``grad_P`` is dL/dP of the output ``loss`` for input array P,
+``grad0_P`` is dL0/dP of ``loss0`` (the twostage collocation loss); other arrays (``f``, ``logits``,
+...) are ignored, so a whole eval output may be given. Without GRADS.npz our own closed-form
+gradients (``ntpref eval``) are checked. Exit 0 when all agree, 1 otherwise, 2 on bad input.
+"""
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Mapping
+
+import numpy as np
+
+from ..errors import InputError
+from .compare import Report, compare_arrays, tolerance
+
+_GRAD = re.compile(r"grad(\d*)_(.+)")
+
+
+def numeric_gradient(loss: Callable[[dict], float], inputs: Mapping[str, np.ndarray], name: str,
+                     eps: float = 1e-6, indices: np.ndarray | None = None) -> np.ndarray:
+    """Central differences of ``loss(arrays)`` with respect to ``inputs[name]``.
+
+    indices: flat indices to differentiate (all when None); other entries of the result are NaN.
+    """
+    base = np.asarray(inputs[name])
+    if base.dtype.kind != "f":
+        raise InputError(f"array '{name}': cannot differentiate with respect to dtype {base.dtype}")
+    x = np.array(base, dtype=np.float64, order="C")
+    flat = x.reshape(-1)
+    arrays = {**inputs, name: x}
+    out = np.full(x.size, np.nan)
+    for k in range(x.size) if indices is None else indices:
+        orig = flat[k]
+        flat[k] = orig + eps
+        up = float(loss(arrays))
+        flat[k] = orig - eps
+        down = float(loss(arrays))
+        flat[k] = orig
+        out[k] = (up - down) / (2.0 * eps)
+    return out.reshape(x.shape)
+
+
+def _sample(size: int, max_entries: int | None, rng: np.random.Generator) -> np.ndarray | None:
+    if max_entries is None or size <= max_entries:
+        return None
+    return np.sort(rng.choice(size, size=max_entries, replace=False))
+
+
+def gradcheck(fun: Callable[..., tuple[float, Mapping[str, np.ndarray]]], inputs: Mapping[str, np.ndarray],
+              eps: float = 1e-6, rtol: float = 1e-7, atol: float = 1e-8, names: Iterable[str] | None = None,
+              max_entries: int | None = None, seed: int = 0) -> Report:
+    """Check the gradients returned by ``fun(**inputs) -> (loss, {name: dloss/dname})``.
+
+    names: check only these gradients (default: every one ``fun`` returns; each must name a float
+    input of the same shape). max_entries: check at most this many randomly chosen entries per
+    array (``seed``), for large arrays. Returns a :class:`ntpref.oracle.compare.Report` whose
+    expected side is the finite-difference gradient ("finite diff") and actual side the given one;
+    given gradients are compared as float64 (a float32 result is accepted, with a looser rtol).
+    """
+    _, grads = fun(**inputs)
+    names = list(grads) if names is None else list(names)
+    unknown = [n for n in names if n not in inputs]
+    if unknown:
+        raise InputError(f"gradient '{unknown[0]}' does not name an input array ({', '.join(inputs)})")
+
+    def loss(arrays):
+        return fun(**arrays)[0]
+
+    return _check({n: (loss, n) for n in names}, inputs, grads, eps, rtol, atol, max_entries, seed)
+
+
+def _check(targets: Mapping[str, tuple[Callable[[dict], float], str]], inputs: Mapping[str, np.ndarray],
+           given: Mapping[str, np.ndarray], eps: float, rtol: float, atol: float, max_entries: int | None,
+           seed: int) -> Report:
+    """For each ``name → (loss, wrt)``: central differences of ``loss`` w.r.t. ``inputs[wrt]`` against
+    ``given[name]`` (reported missing when absent)."""
+    if not (eps > 0 and np.isfinite(eps)):
+        raise InputError(f"eps must be a positive number, got {eps}")
+    rng = np.random.default_rng(seed)
+    numeric, actual = {}, {}
+    for name, (loss, target) in targets.items():
+        x = np.asarray(inputs[target])
+        idx = _sample(x.size, max_entries, rng)
+        fd = numeric_gradient(loss, inputs, target, eps, idx)
+        g = np.asarray(given[name]) if name in given else None
+        if g is not None and g.shape == x.shape and idx is not None:
+            fd, g = fd.reshape(-1)[idx], np.asarray(g, dtype=np.float64).reshape(-1)[idx]
+        numeric[name] = fd
+        if g is not None:
+            actual[name] = np.asarray(g, dtype=np.float64) if g.dtype.kind in "iuf" else g
+    return compare_arrays(numeric, actual, default=tolerance(rtol=rtol, atol=atol),
+                          labels=("finite diff", "given"))
+
+
+def _handle(args) -> int:
+    from . import contract
+    from .npzio import load_npz
+
+    inputs = load_npz(args.input)
+    ours = contract.evaluate(inputs, args.backend)
+    given = load_npz(args.grads) if args.grads else ours
+    targets, ignored = {}, []
+    for name in given:
+        m = _GRAD.fullmatch(name)
+        if not m:
+            ignored.append(name)
+            continue
+        loss_name = f"loss{m.group(1)}"
+        if m.group(2) not in inputs or loss_name not in ours:
+            raise InputError(f"{args.grads}: array '{name}': the input has no array '{m.group(2)}' or the model "
+                             f"no output '{loss_name}'")
+        targets[name] = (lambda arrays, key=loss_name: contract.evaluate(arrays, args.backend)[key], m.group(2))
+    if not targets:
+        raise InputError(f"{args.grads or args.input}: no gradient arrays (named grad_P or grad0_P)")
+    report = _check(targets, inputs, given, args.eps, args.rtol, args.atol, args.max_entries, args.seed)
+    print(report)
+    if ignored and args.grads:
+        print(f"(not gradients, ignored: {', '.join(ignored)})")
+    return 0 if report.ok else 1
+
+
+def register(subparsers) -> None:
+    """Add ``ntpref gradcheck INPUT.npz [GRADS.npz] [--eps --rtol --atol --max-entries --backend]``."""
+    text = "check gradients against central finite differences of the oracle's loss"
+    p = subparsers.add_parser("gradcheck", help=text, description=text + ". GRADS.npz holds grad_P (dloss/dP) "
+                              "and grad0_P (dloss0/dP) arrays, e.g. another framework's gradients for INPUT.npz; "
+                              "without it the oracle's own gradients are checked. Exit 0 ok, 1 mismatch.")
+    p.add_argument("input", metavar="INPUT.npz")
+    p.add_argument("grads", metavar="GRADS.npz", nargs="?")
+    p.add_argument("--eps", type=float, default=1e-6, help="finite-difference step (default 1e-6)")
+    p.add_argument("--rtol", type=float, default=1e-7, help="relative tolerance (default 1e-7)")
+    p.add_argument("--atol", type=float, default=1e-8, help="absolute tolerance (default 1e-8)")
+    p.add_argument("--max-entries", type=int, default=None,
+                   help="check at most this many random entries per array (default all)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the entry sample")
+    p.add_argument("--backend", choices=("numba", "numpy"), default="numba")
+    p.set_defaults(func=_handle)

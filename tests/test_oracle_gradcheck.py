@@ -1,0 +1,127 @@
+"""ntpref.oracle.gradcheck: central differences against analytic gradients; ``ntpref gradcheck``."""
+import numpy as np
+import pytest
+
+from ntpref.cli import main
+from ntpref.errors import InputError
+from ntpref.oracle.gradcheck import gradcheck, numeric_gradient
+from ntpref.oracle.npzio import load_npz, save_npz
+
+
+def quartic(A, b, x):
+    """L = ½‖tanh(A b)‖² + Σ x⁴ with its closed-form gradients."""
+    z = np.tanh(A @ b)
+    g = z * (1 - z ** 2)
+    return 0.5 * float(z @ z) + float(np.sum(x ** 4)), {"A": np.outer(g, b), "b": A.T @ g, "x": 4 * x ** 3}
+
+
+@pytest.fixture
+def inputs(rng):
+    return {"A": rng.normal(size=(3, 4)), "b": rng.normal(size=4), "x": np.array(0.7)}
+
+
+def test_numeric_gradient_of_a_quadratic_is_exact_to_rounding(rng):
+    Q = rng.normal(size=(4, 4))
+    Q = Q + Q.T
+    x = rng.normal(size=4)
+    fd = numeric_gradient(lambda a: 0.5 * a["x"] @ Q @ a["x"], {"x": x}, "x")
+    assert np.allclose(fd, Q @ x, rtol=1e-8, atol=1e-9)
+
+
+def test_correct_gradients_pass(inputs):
+    report = gradcheck(quartic, inputs)
+    assert report.ok, report.table()
+    assert [r.name for r in report.rows] == ["A", "b", "x"]
+    assert all(r.max_abs_err < 1e-8 for r in report.rows)
+
+
+def test_wrong_gradient_is_named(inputs):
+    def wrong(**kw):
+        loss, g = quartic(**kw)
+        g["b"] = g["b"].copy()
+        g["b"][2] *= 1 + 1e-5
+        return loss, g
+
+    report = gradcheck(wrong, inputs)
+    assert not report.ok and report.failures == ["b"]
+    assert "(2,)" in report.table()
+
+
+def test_shape_mismatch_and_unknown_names(inputs):
+    def transposed(**kw):
+        loss, g = quartic(**kw)
+        return loss, {**g, "A": g["A"].T}
+
+    report = gradcheck(transposed, inputs)
+    assert report.failures == ["A"] and "shape" in report.table()
+    with pytest.raises(InputError, match="'nope'"):
+        gradcheck(lambda **kw: (0.0, {"nope": np.zeros(1)}), inputs)
+
+
+def test_sampled_entries(inputs):
+    def wrong(**kw):
+        loss, g = quartic(**kw)
+        return loss, {**g, "A": g["A"] + 1e-3}
+
+    report = gradcheck(wrong, inputs, max_entries=5)
+    assert report.failures == ["A"] and report.rows[0].shape == (5,)
+
+
+# --- real models -----------------------------------------------------------------------------
+def test_shallow_model_gradients(rng):
+    from ntpref.shallow.model import loss_and_grad, paired_init
+
+    c, U, W = paired_init(4, 3, seed=1)
+    X = rng.normal(size=(5, 4, 3)) / 2
+    y = rng.normal(size=5)
+    c, U, W = c + 0.2 * rng.normal(size=c.shape), U + 0.2 * rng.normal(size=U.shape), W + 0.2 * rng.normal(size=W.shape)
+
+    def fun(c, U, W):
+        _, loss, gc, gU, gW = loss_and_grad(X, y, c, U, W, tau_att=1.5, mask_last_key=True)
+        return loss, {"c": gc, "U": gU, "W": gW}
+
+    report = gradcheck(fun, {"c": c, "U": U, "W": W})
+    assert report.ok, report.table()
+
+    def bad(c, U, W):
+        loss, g = fun(c, U, W)
+        return loss, {**g, "W": g["W"] * 1.001}
+    assert gradcheck(bad, {"c": c, "U": U, "W": W}).failures == ["W"]
+
+
+def _twostage_input(tmp_path):
+    from ntpref.twostage.data import five_token_example
+
+    ds = five_token_example()
+    rng = np.random.default_rng(3)
+    arrays = {"model": np.array("twostage"), "tokens": ds.tokens, "lengths": ds.lengths, "targets": ds.targets,
+              "K": np.array(5), "succ": ds.succ, "W_ov": rng.normal(size=(5, 5)), "W_kq": rng.normal(size=(5, 5))}
+    save_npz(tmp_path / "in.npz", arrays)
+    return tmp_path / "in.npz"
+
+
+def test_cli_checks_our_own_and_a_users_gradients(tmp_path, capsys):
+    inp = _twostage_input(tmp_path)
+    assert main(["gradcheck", str(inp)]) == 0                       # the oracle's own gradients
+    out = capsys.readouterr().out
+    assert "grad_W_kq" in out and "grad0_W_ov" in out
+    assert main(["eval", str(inp), "-o", str(tmp_path / "out.npz"), "-q"]) == 0
+    grads = load_npz(tmp_path / "out.npz")
+    assert main(["gradcheck", str(inp), str(tmp_path / "out.npz")]) == 0   # a whole eval output is accepted
+    assert "ignored: " in capsys.readouterr().out
+
+    grads["grad_W_kq"] = grads["grad_W_kq"].copy()
+    grads["grad_W_kq"][1, 0] += 1e-4
+    save_npz(tmp_path / "bad.npz", {"grad_W_kq": grads["grad_W_kq"], "grad_W_ov": grads["grad_W_ov"]})
+    assert main(["gradcheck", str(inp), str(tmp_path / "bad.npz")]) == 1
+    out = capsys.readouterr().out
+    assert "grad_W_kq" in out and "FAIL" in out and "(1, 0)" in out
+
+
+def test_cli_bad_gradient_names(tmp_path, capsys):
+    inp = _twostage_input(tmp_path)
+    save_npz(tmp_path / "g.npz", {"grad_W_qk": np.zeros((5, 5))})
+    assert main(["gradcheck", str(inp), str(tmp_path / "g.npz")]) == 2
+    assert "grad_W_qk" in capsys.readouterr().err
+    save_npz(tmp_path / "none.npz", {"f": np.zeros(2)})
+    assert main(["gradcheck", str(inp), str(tmp_path / "none.npz")]) == 2

@@ -1,0 +1,327 @@
+"""Stored reference runs: verify, tamper detection, regen (refusal, atomic writes), export, manifest contents."""
+import hashlib
+import json
+import shutil
+import struct
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ntpref.cli import main
+from ntpref.errors import ComparisonError
+from ntpref.oracle import reference
+from ntpref.oracle.npzio import load_npz
+
+REPO_RUNS = Path(reference.__file__).resolve().parents[2] / "reference_runs"
+EVAL_CASE = "twostage_eval_onehot_succ"
+SPEC_CASES = {"twostage_eval_onehot_succ", "twostage_eval_gaussian_E", "twostage_eval_lengths_repeats",
+              "twostage_train_five_token", "twostage_train_K20", "shallow_eval_paired_init",
+              "shallow_eval_perturbed", "shallow_eval_mask_tau", "shallow_train_projgd", "shallow_train_projsgd",
+              "indrnn_eval", "indrnn_train", "shallow_ntk_gram"}
+
+
+@pytest.fixture(scope="module")
+def manifest():
+    return reference.load_manifest(REPO_RUNS)
+
+
+@pytest.fixture
+def runs(tmp_path, monkeypatch):
+    """A private copy of reference_runs, selected through NTPREF_REFERENCE_RUNS."""
+    root = tmp_path / "runs"
+    shutil.copytree(REPO_RUNS, root)
+    monkeypatch.setenv(reference.ENV_ROOT, str(root))
+    return root
+
+
+def test_verify_passes_on_stored_cases(capsys, monkeypatch):
+    monkeypatch.delenv(reference.ENV_ROOT, raising=False)
+    assert main(["verify"]) == 0
+    out = capsys.readouterr().out
+    assert f"{len(SPEC_CASES)}/{len(SPEC_CASES)} cases ok" in out
+
+
+def test_verify_numpy_backend_within_tolerances(monkeypatch, capsys):
+    """The stored tolerances hold for the other backend too (spec: numba vs numpy rtol 1e-12)."""
+    monkeypatch.delenv(reference.ENV_ROOT, raising=False)
+    assert main(["verify", "--backend", "numpy"]) == 0
+
+
+def test_inputs_rebuild_from_config_and_seed(manifest, monkeypatch, capsys):
+    """Every stored input is reproduced bit for bit by the registry's build(config, seed)."""
+    import importlib.util
+    import sys
+
+    spec = importlib.util.spec_from_file_location("make_reference_runs",
+                                                  REPO_RUNS.parent / "scripts" / "make_reference_runs.py")
+    script = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, script)
+    spec.loader.exec_module(script)
+    assert [c.name for c in script.CASES] == list(manifest["cases"])
+    for case in script.CASES:
+        entry = manifest["cases"][case.name]
+        assert (case.model, case.kind, case.config, case.seed) == (entry["model"], entry["kind"], entry["config"],
+                                                                   entry["seed"])
+    assert script.check(script.CASES, REPO_RUNS)
+
+
+def test_manifest_lists_cases_with_provenance_hashes_and_tolerances(manifest):
+    assert manifest["format_version"] == 1
+    assert {"ntpref", "numpy", "numba", "python"} <= set(manifest["provenance"])
+    assert SPEC_CASES <= set(manifest["cases"])
+    total = 0
+    for name, case in manifest["cases"].items():
+        assert case["kind"] in reference.KINDS and case["description"] and isinstance(case["seed"], int)
+        expected = load_npz(REPO_RUNS / name / "expected.npz")
+        inputs = load_npz(REPO_RUNS / name / "input.npz")
+        assert set(expected) == set(case["arrays"]) and set(inputs) == set(case["inputs"])
+        if "intermediates" in case:
+            expected.update(load_npz(REPO_RUNS / name / reference.INTERMEDIATES))
+        for arr, rec in {**case["arrays"], **case.get("intermediates", {})}.items():
+            a = expected[arr]
+            assert rec["shape"] == list(a.shape) and rec["dtype"] == str(a.dtype)
+            assert rec["sha256"] == hashlib.sha256(np.ascontiguousarray(a).tobytes()).hexdigest()
+            assert rec["reason"]
+            if case["kind"] in ("eval", "ntk"):
+                assert rec["rtol"] == 1e-12                                  # spec: numba vs numpy
+            elif reference.is_trajectory(arr):
+                assert rec["head"]["n"] == 51 and rec["head"]["rtol"] == 1e-9  # spec: first 50 steps
+        total += sum((REPO_RUNS / name / f).stat().st_size for f in case["files"])
+    assert total < 4 << 20
+
+
+def test_five_token_reference_matches_spec_values():
+    """spec/twostage.md §8: W_ov*, W_kq* in closed form and rho(W_kq, W_kq*) at t = 100, 1000."""
+    e = load_npz(REPO_RUNS / "twostage_train_five_token" / "expected.npz")
+    K = 5
+    assert np.allclose(e["W_ov_star"], (np.arange(K)[:, None] == (np.arange(K)[None, :] + 1) % K) - 0.2, atol=1e-9)
+    W = np.zeros((K, K))
+    W[:, 0] = [-0.8, 0.2, -0.8, 1.2, 0.2]
+    W[:, 2] = [0.2, 1.2, -0.8, 0.2, -0.8]
+    assert np.allclose(e["W_kq_star"], W, atol=1e-9)
+    assert round(float(e["stage2_corr"][100]), 5) == 0.98865
+    assert round(float(e["stage2_corr"][1000]), 5) == 0.99701
+    # stage 1 from zero init with E = I, C = V stays on the ray of W_ov*: L0(t) in closed form (spec §6)
+    t = np.arange(501)
+    eta0 = 0.2 / np.sqrt(K)
+    assert np.allclose(e["stage1_loss"], np.log1p((K - 1) * np.exp(-eta0 * t / np.sqrt(K - 1))), rtol=1e-12)
+
+
+def test_stored_input_runs_through_the_cli_and_compares_cleanly(manifest, tmp_path):
+    """spec/interchange.md: a case's input runs unchanged through ntpref eval/train and its expected file
+    compares cleanly through ntpref compare (default tolerances); a few fast cases covering all three models."""
+    for case in (EVAL_CASE, "twostage_train_five_token", "shallow_eval_mask_tau", "indrnn_eval"):
+        kind = manifest["cases"][case]["kind"]
+        out = tmp_path / f"{case}.npz"
+        assert main([kind, str(REPO_RUNS / case / "input.npz"), "-o", str(out), "-q"]) == 0
+        assert main(["compare", str(REPO_RUNS / case / "expected.npz"), str(out)]) == 0
+
+
+# --- tamper detection ---------------------------------------------------------------------------
+def _layout(path: Path) -> dict:
+    """Byte offsets inside an uncompressed npz: per member its local header, npy header and raw data,
+    and its central directory record."""
+    raw = path.read_bytes()
+    out = {}
+    with zipfile.ZipFile(path) as zf:
+        central = zf.start_dir
+        for info in zf.infolist():
+            h = info.header_offset
+            n, extra = struct.unpack("<HH", raw[h + 26:h + 30])
+            data = h + 30 + n + extra
+            hlen = struct.unpack("<H", raw[data + 8:data + 10])[0]
+            cd = raw.index(b"PK\x01\x02", central)
+            out[info.filename[:-4]] = {"local": h, "name": h + 30, "npy_header": data + 10, "data": data + 10 + hlen,
+                                       "end": data + info.file_size, "central": cd}
+            central = cd + 4
+    return out
+
+
+def _flip(path: Path, pos: int) -> None:
+    raw = bytearray(path.read_bytes())
+    raw[pos] ^= 0x5A
+    path.write_bytes(bytes(raw))
+
+
+@pytest.mark.parametrize("where", ["data_start", "data_middle", "data_last", "npy_header", "local_name",
+                                   "central_crc"])
+def test_flipped_byte_inside_an_array_names_it(runs, capsys, where):
+    path = runs / EVAL_CASE / "expected.npz"
+    lay = _layout(path)
+    target = {"data_start": "logits", "data_middle": "attn", "data_last": "grad_W_kq", "npy_header": "grad_W_ov",
+              "local_name": "loss0", "central_crc": "logits"}[where]
+    m = lay[target]
+    pos = {"data_start": m["data"], "data_middle": (m["data"] + m["end"]) // 2, "data_last": m["end"] - 1,
+           "npy_header": m["npy_header"] + 12, "local_name": m["name"] + 1, "central_crc": m["central"] + 16}[where]
+    _flip(path, pos)
+    assert main(["verify", EVAL_CASE]) == 1
+    out = capsys.readouterr().out
+    assert f"{EVAL_CASE}/expected.npz" in out and f"array '{target}'" in out
+
+
+@pytest.mark.parametrize("where", ["local_time", "end_of_central_directory"])
+def test_flipped_byte_in_zip_structure_names_the_file(runs, capsys, where):
+    path = runs / EVAL_CASE / "expected.npz"
+    pos = _layout(path)["loss"]["local"] + 10 if where == "local_time" else path.stat().st_size - 12
+    _flip(path, pos)
+    assert main(["verify", EVAL_CASE]) == 1
+    out = capsys.readouterr().out
+    assert f"{EVAL_CASE}/expected.npz" in out and f"FAILED: {EVAL_CASE}" in out
+
+
+def test_every_flipped_byte_of_an_expected_file_is_detected(runs):
+    """Exhaustive over the smallest expected file: each position, one bit flipped, must be reported;
+    positions inside the array's npy member must name the array."""
+    case = "shallow_ntk_gram"
+    entry = reference.load_manifest(runs)["cases"][case]
+    path = runs / case / "expected.npz"
+    raw = path.read_bytes()
+    member = _layout(path)["gram"]
+    for pos in range(len(raw)):
+        damaged = bytearray(raw)
+        damaged[pos] ^= 0x01
+        path.write_bytes(bytes(damaged))
+        _, problems = reference.check_file(runs, case, entry, "expected.npz")
+        assert problems, f"flipped byte at {pos} not detected"
+        assert all(p.startswith(f"{case}/expected.npz") for p in problems)
+        if member["npy_header"] - 10 <= pos < member["end"]:
+            assert "array 'gram'" in problems[0], (pos, problems)
+
+
+def test_tampered_input_names_the_array(runs, capsys):
+    path = runs / "shallow_eval_perturbed" / "input.npz"
+    m = _layout(path)["W"]
+    _flip(path, (m["data"] + m["end"]) // 2)
+    assert main(["verify", "shallow_eval_perturbed"]) == 1
+    out = capsys.readouterr().out
+    assert "shallow_eval_perturbed/input.npz" in out and "array 'W'" in out
+
+
+def test_intermediates_are_verified_and_exported(runs, tmp_path, capsys):
+    case = "shallow_eval_perturbed"
+    assert main(["verify", "-v", case]) == 0
+    out = capsys.readouterr().out
+    assert "head_a" in out and "head_MU" in out
+    path = runs / case / reference.INTERMEDIATES
+    m = _layout(path)["head_a"]
+    _flip(path, (m["data"] + m["end"]) // 2)
+    assert main(["verify", case]) == 1
+    assert f"{case}/intermediates.npz: damaged (array 'head_a')" in capsys.readouterr().out
+    path.write_bytes((REPO_RUNS / case / reference.INTERMEDIATES).read_bytes())
+    assert main(["export", case, "-o", str(tmp_path / "x")]) == 0
+    assert (tmp_path / "x" / reference.INTERMEDIATES).read_bytes() == path.read_bytes()
+
+
+def test_changed_values_with_valid_hashes_fail_the_comparison(runs, capsys):
+    """A stored expected value off by 1e-9 (and hashes updated to match) fails the rtol 1e-12 comparison."""
+    man = reference.load_manifest(runs)
+    entry = man["cases"][EVAL_CASE]
+    e = load_npz(runs / EVAL_CASE / "expected.npz")
+    e["logits"] = e["logits"] * (1 + 1e-9)
+    reference.write_case(runs, EVAL_CASE, reference.case_entry(
+        entry["model"], entry["kind"], entry["description"], entry["config"], entry["seed"],
+        load_npz(runs / EVAL_CASE / "input.npz"), e, reference.tolerances_of(entry)), None, e, man)
+    reference.save_manifest(runs, man)
+    assert main(["verify", EVAL_CASE]) == 1
+    out = capsys.readouterr().out
+    assert "logits" in out and "FAIL" in out
+
+
+def test_unknown_case_and_missing_root(runs, tmp_path, capsys):
+    assert main(["verify", "no_such_case"]) == 2
+    assert "no_such_case" in capsys.readouterr().err
+    assert main(["verify", "--root", str(tmp_path / "empty")]) == 2
+
+
+# --- regen --------------------------------------------------------------------------------------
+def _perturbed_compute(factor):
+    original = reference.compute
+
+    def compute(kind, inputs, backend="numba"):
+        out = original(kind, inputs, backend)
+        out["logits"] = out["logits"] * factor
+        return out
+    return compute
+
+
+def test_regen_refuses_beyond_tolerance_without_force(runs, monkeypatch, capsys):
+    before = {f: (runs / EVAL_CASE / f).read_bytes() for f in reference.FILES}
+    manifest_before = (runs / "manifest.json").read_bytes()
+    original = reference.compute
+    monkeypatch.setattr(reference, "compute", _perturbed_compute(1 + 1e-9))
+    assert main(["regen", EVAL_CASE]) == 1
+    assert "logits" in capsys.readouterr().err
+    assert {f: (runs / EVAL_CASE / f).read_bytes() for f in reference.FILES} == before
+    assert (runs / "manifest.json").read_bytes() == manifest_before
+
+    assert main(["regen", EVAL_CASE, "--force"]) == 0
+    assert main(["verify", EVAL_CASE]) == 0                              # consistent with the "new code"
+    monkeypatch.setattr(reference, "compute", original)
+    assert main(["verify", EVAL_CASE]) == 1                              # the real code disagrees
+    assert main(["regen", EVAL_CASE]) == 1
+    assert main(["regen", EVAL_CASE, "--force"]) == 0
+    assert main(["verify", EVAL_CASE]) == 0
+
+
+def test_regen_within_tolerance_rewrites(runs, monkeypatch):
+    monkeypatch.setattr(reference, "compute", _perturbed_compute(1 + 1e-14))
+    report = reference.regen(runs, EVAL_CASE)
+    assert report.ok
+    man = reference.load_manifest(runs)
+    e = load_npz(runs / EVAL_CASE / "expected.npz")
+    assert man["cases"][EVAL_CASE]["arrays"]["logits"]["sha256"] == reference.sha256_array(e["logits"])
+    assert man["cases"][EVAL_CASE]["files"]["expected.npz"] == reference.sha256_file(runs / EVAL_CASE / "expected.npz")
+
+
+def test_regen_writes_atomically(runs, monkeypatch):
+    """An interrupted write leaves the old expected.npz and manifest intact (no partial file, no temp file)."""
+    before = (runs / EVAL_CASE / "expected.npz").read_bytes()
+    manifest_before = (runs / "manifest.json").read_bytes()
+
+    def broken_savez(fh, **arrays):
+        fh.write(b"PK partial")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(np, "savez", broken_savez)
+    with pytest.raises(OSError):
+        reference.regen(runs, EVAL_CASE, force=True)
+    assert (runs / EVAL_CASE / "expected.npz").read_bytes() == before
+    assert (runs / "manifest.json").read_bytes() == manifest_before
+    assert sorted(p.name for p in (runs / EVAL_CASE).iterdir()) == ["expected.npz", "input.npz"]
+
+
+def test_regen_refuses_a_changed_input_without_force(runs):
+    from ntpref.oracle.npzio import save_npz
+
+    path = runs / EVAL_CASE / "input.npz"
+    arrays = load_npz(path)
+    save_npz(path, {**arrays, "W_ov": arrays["W_ov"] * 1.5})
+    with pytest.raises(ComparisonError, match="W_ov"):
+        reference.regen(runs, EVAL_CASE)
+    reference.regen(runs, EVAL_CASE, force=True)             # an intended change of the input
+    assert reference.verify(runs, [EVAL_CASE])[0].ok
+
+
+# --- export -------------------------------------------------------------------------------------
+def test_export_writes_files_usable_by_compare(runs, tmp_path, capsys):
+    out = tmp_path / "export"
+    assert main(["export", EVAL_CASE, "-o", str(out)]) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["case.json", "expected.npz", "input.npz"]
+    for f in reference.FILES:
+        assert (out / f).read_bytes() == (runs / EVAL_CASE / f).read_bytes()
+    info = json.loads((out / "case.json").read_text())
+    assert info["case"] == EVAL_CASE and info["model"] == "twostage" and info["kind"] == "eval"
+    assert info["tolerances"]["logits"]["rtol"] == 1e-12
+    assert main(["eval", str(out / "input.npz"), "-o", str(tmp_path / "mine.npz"), "-q"]) == 0
+    assert main(["compare", str(out / "expected.npz"), str(tmp_path / "mine.npz"),
+                 "--tolerances", str(out / "case.json")]) == 0
+
+
+def test_export_refuses_a_damaged_case(runs, tmp_path):
+    path = runs / EVAL_CASE / "expected.npz"
+    m = _layout(path)["attn"]
+    _flip(path, m["data"] + 5)
+    assert main(["export", EVAL_CASE, "-o", str(tmp_path / "x")]) == 1
+    assert not (tmp_path / "x" / "expected.npz").exists()
