@@ -11,7 +11,10 @@ setup(
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
     python_requires=">=3.10,<3.14",
-    packages=find_packages(include=["ntpref", "ntpref.*"]),
+    # the stored reference cases ship inside the package, so `ntpref verify` works on any install
+    packages=find_packages(include=["ntpref", "ntpref.*"]) + ["ntpref.reference_runs"],
+    package_dir={"ntpref.reference_runs": "reference_runs"},
+    package_data={"ntpref.reference_runs": ["manifest.json", "README.md", "*/*.npz"]},
     install_requires=[
         "numpy>=2.0,<2.5",
         "numba>=0.68,<0.69",

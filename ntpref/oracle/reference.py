@@ -136,9 +136,14 @@ def provenance() -> dict:
 
 
 def default_root() -> Path:
-    """``$NTPREF_REFERENCE_RUNS`` if set, else the repository's ``reference_runs/``."""
+    """``$NTPREF_REFERENCE_RUNS`` if set, else the repository's ``reference_runs/`` (a source checkout or an
+    editable install), else the copy installed with the package (``ntpref/reference_runs``)."""
     env = os.environ.get(ENV_ROOT)
-    return Path(env) if env else Path(__file__).resolve().parents[2] / "reference_runs"
+    if env:
+        return Path(env)
+    here = Path(__file__).resolve()
+    checkout = here.parents[2] / "reference_runs"
+    return checkout if (checkout / "manifest.json").is_file() else here.parents[1] / "reference_runs"
 
 
 def load_manifest(root: str | os.PathLike | None = None) -> dict:
