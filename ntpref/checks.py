@@ -12,6 +12,8 @@ import numpy as np
 from .errors import InputError
 
 BACKENDS = ("numba", "numpy")
+#: Largest step count accepted from an input file (T0, T, steps): the per-step logs hold one float64 per step.
+MAX_STEPS = 10**8
 
 
 def check_backend(backend: str) -> str:

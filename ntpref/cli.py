@@ -33,9 +33,16 @@ def _run_contract(args) -> int:
     return 0
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line usage errors (exit status 2), like every other ntpref error."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser with every sub-command registered."""
-    parser = argparse.ArgumentParser(prog="ntpref", description=__doc__.split("\n")[0])
+    parser = _Parser(prog="ntpref", description=__doc__.split("\n")[0])
     parser.add_argument("--version", action="version", version=f"ntpref {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
@@ -74,6 +81,11 @@ def main(argv: list[str] | None = None) -> int:
         if debug:
             raise
         print(f"ntpref: error: {exc}".replace("\n", " "), file=sys.stderr)
+        return 2
+    except MemoryError as exc:  # an input too large for this machine, not a bug
+        if debug:
+            raise
+        print(f"ntpref: error: out of memory ({exc})".replace("\n", " "), file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("ntpref: interrupted", file=sys.stderr)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from ntpref.cli import main
-from ntpref.errors import ComparisonError
+from ntpref.errors import ComparisonError, InputError
 from ntpref.oracle import reference
 from ntpref.oracle.npzio import load_npz
 
@@ -285,7 +285,7 @@ def test_regen_writes_atomically(runs, monkeypatch):
         raise OSError("disk full")
 
     monkeypatch.setattr(np, "savez", broken_savez)
-    with pytest.raises(OSError):
+    with pytest.raises(InputError, match="cannot write.*disk full"):
         reference.regen(runs, EVAL_CASE, force=True)
     assert (runs / EVAL_CASE / "expected.npz").read_bytes() == before
     assert (runs / "manifest.json").read_bytes() == manifest_before

@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 import numpy as np
 
 from ..checks import as_scalar, check_backend
-from ..errors import InputError
+from ..errors import InputError, NtprefError
 from ..progress import silent
 
 MODELS = {"twostage": "ntpref.twostage.contract", "shallow": "ntpref.shallow.contract",
@@ -34,11 +34,29 @@ def _split(arrays: Mapping[str, np.ndarray]):
     return model, importlib.import_module(MODELS[model]), rest
 
 
+def _finite_outputs(compute: Callable[[], dict]) -> dict[str, np.ndarray]:
+    """``compute()`` under NumPy floating-point traps, then every output checked finite.
+
+    Finite inputs so large that a result overflows float64 (e.g. X ~ 1e300) are an InputError naming the
+    output, never a quiet inf or NaN in the result file."""
+    try:
+        with np.errstate(over="raise", invalid="raise", divide="raise"):
+            out = compute()
+    except FloatingPointError as exc:
+        raise InputError(f"floating-point error ({exc}): the inputs are too large to compute in float64") from None
+    for name, value in out.items():
+        a = np.asarray(value)
+        if a.dtype.kind in "fc" and not np.isfinite(a).all():
+            raise InputError(f"output '{name}': {int(np.size(a) - np.isfinite(a).sum())} non-finite value(s) "
+                             "(overflow: the inputs are too large to compute in float64)")
+    return out
+
+
 def evaluate(arrays: Mapping[str, np.ndarray], backend: str = "numba") -> dict[str, np.ndarray]:
     """Outputs of ``ntpref eval`` for an input dict (see spec/interchange.md)."""
     check_backend(backend)
     model, module, rest = _split(arrays)
-    return module.evaluate(model, rest, backend)
+    return _finite_outputs(lambda: module.evaluate(model, rest, backend))
 
 
 def train(arrays: Mapping[str, np.ndarray], backend: str = "numba",
@@ -46,21 +64,21 @@ def train(arrays: Mapping[str, np.ndarray], backend: str = "numba",
     """Outputs of ``ntpref train`` for an input dict (see spec/interchange.md)."""
     check_backend(backend)
     model, module, rest = _split(arrays)
-    return module.train(model, rest, backend, progress)
+    return _finite_outputs(lambda: module.train(model, rest, backend, progress))
 
 
 def run_file(kind: str, input_path, output_path, backend: str = "numba",
              progress: Callable[[str, int, int], None] = silent) -> dict[str, np.ndarray]:
     """Read ``input_path``, run ``kind`` ("eval" | "train"), write ``output_path`` atomically.
 
-    Errors are re-raised as InputError prefixed with the input file's name.
+    Errors (InputError, InfeasibleError) are re-raised with the same type, prefixed with the input file's name.
     """
     from .npzio import load_npz, save_npz
 
     arrays = load_npz(input_path)
     try:
         out = evaluate(arrays, backend) if kind == "eval" else train(arrays, backend, progress)
-    except InputError as exc:
-        raise InputError(f"{input_path}: {exc}") from None
+    except NtprefError as exc:
+        raise type(exc)(f"{input_path}: {exc}") from None
     save_npz(output_path, out)
     return out

@@ -56,6 +56,8 @@ def load_npz(path: str | os.PathLike) -> dict[str, np.ndarray]:
                     out[name] = data[name]
                 except ValueError as exc:
                     raise InputError(f"{path}: array '{name}' cannot be read without unpickling ({exc})") from None
+                if not isinstance(out[name], np.ndarray):  # np.load hands back raw bytes for non-.npy members
+                    raise InputError(f"{path}: member '{name}' is not a .npy array")
     except InputError:
         raise
     except Exception as exc:  # truncated members, bad headers: numpy raises several types
@@ -64,21 +66,29 @@ def load_npz(path: str | os.PathLike) -> dict[str, np.ndarray]:
 
 
 def atomic_write(path: str | os.PathLike, write: Callable[[object], None]) -> None:
-    """Call ``write(fileobj)`` on a temporary file next to ``path``, fsync it, then rename it to ``path``."""
+    """Call ``write(fileobj)`` on a temporary file next to ``path``, fsync it, then rename it to ``path``.
+
+    An operating-system error (unwritable directory, ``path`` is a directory, disk full) is an InputError
+    naming ``path``; the temporary file is removed and an existing ``path`` is left untouched."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as exc:
+        raise InputError(f"{path}: cannot write ({exc.strerror or exc})") from None
     try:
         with os.fdopen(fd, "wb") as fh:
             write(fh)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         try:
             os.unlink(tmp)
         except FileNotFoundError:
             pass
+        if isinstance(exc, OSError):  # e.g. the target is a directory, or the disk is full
+            raise InputError(f"{path}: cannot write ({exc.strerror or exc})") from None
         raise
 
 

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 
-from ..checks import as_float, as_scalar, check_names
+from ..checks import MAX_STEPS, as_float, as_scalar, check_names
 from ..progress import silent
 from .train import adapter, proj_gd
 
@@ -54,6 +54,7 @@ def train(model: str, arrays: Mapping[str, np.ndarray], backend: str = "numba",
     if "rho" in arrays:
         rho = as_float("rho", arrays["rho"], (len(spec.blocks),), finite=False)
     ints = {k: as_scalar(k, arrays[k], kind="int") for k in ("steps", "batch", "seed") if k in arrays}
+    as_scalar("steps", ints["steps"], kind="int", high=MAX_STEPS)
     result = proj_gd(model, X, y, params, eta=as_scalar("eta", arrays["eta"]), rho=rho,
                      X_val=arrays.get("X_val"), y_val=arrays.get("y_val"), kappa=kappa, backend=backend,
                      progress=progress, **ints, **options)

@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 
-from ..checks import as_float, as_scalar, check_names
+from ..checks import MAX_STEPS, as_float, as_scalar, check_names
 from ..errors import InputError
 from ..progress import silent
 from .data import Dataset
@@ -36,7 +36,9 @@ def _dataset(arrays: Mapping) -> Dataset:
     if "E" in arrays:
         E = as_float("E", arrays["E"], (None, None))
     else:
-        E = np.eye(as_scalar("K", arrays["K"], kind="int", low=1))
+        K = as_scalar("K", arrays["K"], kind="int", low=1)
+        as_float("W_ov", arrays["W_ov"], (K, K))  # before I_K is built: a huge K must not allocate
+        E = np.eye(K)
     return Dataset(arrays["tokens"], arrays["lengths"], arrays["targets"], E, arrays.get("succ"))
 
 
@@ -75,8 +77,8 @@ def train(model: str, arrays: Mapping[str, np.ndarray], backend: str = "numba",
         raise InputError(f"array 'direction': must be one of {', '.join(DIRECTIONS)}, got {direction!r}")
     res = two_stage(ds, eta0=as_scalar("eta0", arrays["eta0"], low=0, low_open=True),
                     eta=as_scalar("eta", arrays["eta"], low=0, low_open=True),
-                    T0=as_scalar("T0", arrays["T0"], kind="int", low=0),
-                    T=as_scalar("T", arrays["T"], kind="int", low=0),
+                    T0=as_scalar("T0", arrays["T0"], kind="int", low=0, high=MAX_STEPS),
+                    T=as_scalar("T", arrays["T"], kind="int", low=0, high=MAX_STEPS),
                     direction=direction, W_ov0=W_ov, W_kq0=W_kq, backend=backend, progress=progress)
     out = {"W_ov": res.W_ov, "W_kq": res.W_kq, "W_ov_star": res.W_ov_star, "W_kq_star": res.W_kq_star,
            "loss_floor": res.loss_floor}

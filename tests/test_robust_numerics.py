@@ -1,0 +1,226 @@
+"""Issue 7, numerical extremes: no NaN or inf for finite input, clean stops, linear memory.
+
+Saturated softmax (very large weights) in both models, tiny gradients late in normalized GD (the stable
+direction), exactly zero gradients (a clean stop with a reason), long sequences (T = 1024) and wide models
+(m = 4096), with peak Python-side memory growing linearly in T and m.
+"""
+import tracemalloc
+
+import numpy as np
+import pytest
+
+from ntpref.oracle import contract
+from ntpref.shallow.model import iid_init, loss_and_grad, paired_init
+from ntpref.shallow.rnn import rnn_loss_and_grad, rnn_paired_init
+from ntpref.shallow.train import proj_gd
+from ntpref.twostage import model as tm
+from ntpref.twostage.data import Dataset, five_token_example
+from ntpref.twostage.svm import W_kq_star, W_ov_star
+from ntpref.twostage.train import two_stage
+
+
+def finite(*arrays):
+    return all(np.isfinite(np.asarray(a, dtype=float)).all() for a in arrays)
+
+
+def close(a, b, rtol=1e-12):
+    a, b = np.asarray(a, float), np.asarray(b, float)
+    np.testing.assert_allclose(a, b, rtol=rtol, atol=rtol * max(np.abs(b).max(initial=0.0), 1e-300))
+
+
+def logsumexp(z):
+    zmax = z.max()
+    return zmax + np.log(np.exp(z - zmax).sum())
+
+
+# ---- saturated softmax -----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("scale", [1e4, 1e8, 1e15])
+def test_twostage_saturated_attention_and_output(scale, rng):
+    """Huge W_kq: attention is one-hot on the best-scoring token and the loss is the one-token closed form
+    log Σ_v exp(z_v) − z_y with z = E^T W_ov e_τ*; huge W_ov: a saturated output softmax. Finite everywhere."""
+    five = five_token_example()
+    E = rng.standard_normal((4, 5))
+    ds = Dataset(five.tokens, five.lengths, five.targets, E, five.succ)
+    W_ov, W_kq = rng.standard_normal((4, 4)), scale * rng.standard_normal((4, 4))
+    runs = {b: (tm.forward(ds, W_ov, W_kq, b), tm.loss_and_grad(ds, W_ov, W_kq, b)) for b in ("numba", "numpy")}
+    for fw, (loss, g_ov, g_kq) in runs.values():
+        assert finite(fw.loss, fw.logits, fw.attn, loss, g_ov, g_kq)
+        for i in range(ds.N):
+            toks = ds.sentence(i)
+            s = E[:, toks].T @ W_kq @ E[:, toks[-1]]
+            best = toks[np.argmax(s)]
+            assert fw.attn[i, : len(toks)][toks == best].sum() == pytest.approx(1.0, abs=1e-12)
+            z = E.T @ W_ov @ E[:, best]
+            assert fw.losses[i] == pytest.approx(logsumexp(z) - z[ds.targets[i]], rel=1e-12, abs=1e-14)
+    (fa, ga), (fb, gb) = runs["numba"], runs["numpy"]
+    close(fa.losses, fb.losses, 1e-11)
+    for x, y in zip(ga[1:], gb[1:]):
+        close(x, y, 1e-10)
+    loss, g_ov, g_kq = tm.loss_and_grad(ds, scale * W_ov, W_kq)     # saturated output softmax too
+    assert finite(loss, g_ov, g_kq) and loss >= 0
+
+
+@pytest.mark.parametrize("scale", [1e4, 1e8, 1e15])
+def test_shallow_saturated_attention(scale, rng):
+    X, y = rng.standard_normal((6, 5, 3)), rng.standard_normal(6)
+    c, U, W = iid_init(4, 3, seed=2)
+    W = scale * W
+    outs = {b: loss_and_grad(X, y, c, U, W, backend=b) for b in ("numba", "numpy")}
+    for out in outs.values():
+        assert finite(out[0], out[1], *out[2:])
+    # saturated: f equals the head outputs with attention one-hot on the top-scoring key
+    z = np.einsum("ntk,mkl,nl->nmt", X, W, X[:, -1])
+    top = X[np.arange(6)[:, None], z.argmax(axis=2)]                  # [n, m, d]
+    f_limit = (c * np.tanh(np.einsum("nmk,mk->nm", top, U))).sum(axis=1) / 2.0
+    close(outs["numba"][0], f_limit, 1e-12)
+    for a, b in zip(outs["numba"], outs["numpy"]):
+        close(a, b, 1e-10)
+    # the RNN with huge input weights: tanh saturates, gradients stay finite
+    cr, ur, Wr = rnn_paired_init(4, 3, seed=2)
+    for b in ("numba", "numpy"):
+        assert finite(*rnn_loss_and_grad(X, y, cr, ur, scale * Wr, backend=b))
+
+
+# ---- tiny and zero gradients ------------------------------------------------------------------------------
+
+def test_stable_direction_where_the_naive_gradient_underflows():
+    five = five_token_example()
+    W_ov, _ = W_ov_star(five.E, five.succ)
+    W_kq, _ = W_kq_star(five)
+    # moderate scale: the stable direction equals the naive one
+    naive, stable = tm.kq_direction(five, W_ov, W_kq, "naive"), tm.kq_direction(five, W_ov, W_kq, "stable")
+    close(stable.unit, naive.unit, 1e-13)
+    assert stable.log_norm == pytest.approx(naive.log_norm, rel=1e-13)
+    for a, b in ((1.0, 1e3), (1e3, 10.0), (1e4, 1e3)):        # late in training: ‖W_kq‖, ‖W_ov‖ large
+        assert tm.kq_direction(five, a * W_ov, b * W_kq, "naive").unit is None       # gradient underflowed
+        for backend in ("numba", "numpy"):
+            d = tm.kq_direction(five, a * W_ov, b * W_kq, "stable", backend)
+            assert d.unit is not None and finite(d.unit, d.log_norm) and d.log_norm < -700
+            assert np.linalg.norm(d.unit) == pytest.approx(1.0, abs=1e-14)
+        close(tm.kq_direction(five, a * W_ov, b * W_kq, "stable", "numpy").unit,
+              tm.kq_direction(five, a * W_ov, b * W_kq, "stable", "numba").unit, 1e-11)
+
+
+def test_long_normalized_gd_stays_finite():
+    """Big steps push ‖W_kq‖ into the range where p_y − 1 underflows in float64: the stable direction keeps
+    a meaningful direction (correlation with W_kq* → 1), everything finite, no spurious stop."""
+    five = five_token_example()
+    res = two_stage(five, eta0=0.5, eta=200.0, T0=20, T=40, direction="stable")
+    assert res.stop2.reason == "max_steps"
+    assert finite(*res.stage2.values(), res.W_kq) and res.stage2["norm"][-1] > 2000
+    assert res.stage2["corr"][-1] > 0.99
+    assert tm.kq_direction(five, res.W_ov, res.W_kq, "naive").log_norm < -700     # tiny indeed
+
+
+def test_zero_gradient_is_a_clean_stop():
+    """One-token sentences: attention is 1 whatever W_kq, so ∇_{W_kq} L = 0 exactly at step 0."""
+    succ = np.array([1, 2, 0])
+    ds = Dataset.from_sentences([[0], [1], [2]], [1, 2, 0], K=3, succ=succ)
+    res = two_stage(ds, eta0=0.1, eta=0.1, T0=3, T=5)
+    assert (res.stop2.reason, res.stop2.step) == ("zero_gradient", 0)
+    assert (res.W_kq == 0).all() and finite(*res.stage2.values()) and (res.stage2["loss"] == res.stage2["loss"][0]).all()
+    out = contract.train({"model": np.array("twostage"), "tokens": ds.tokens, "lengths": ds.lengths,
+                          "targets": ds.targets, "W_ov": np.zeros((3, 3)), "W_kq": np.zeros((3, 3)),
+                          "K": np.array(3), "succ": succ, "eta0": np.array(0.1), "eta": np.array(0.1),
+                          "T0": np.array(3), "T": np.array(5)})
+    assert out["stage2_loss"].shape == (6,) and finite(*out.values())
+    # shallow: zero residual (paired init gives f = 0, targets 0): zero gradients, parameters unchanged
+    X = np.random.default_rng(1).standard_normal((5, 3, 2))
+    params = paired_init(4, 2, seed=3)
+    res = proj_gd("shallow", X, np.zeros(5), params, eta=1.0, steps=3)
+    assert (res.train_loss == 0).all() and (res.grad_norms["W"] == 0).all()
+    for name, p in zip("cUW", params):
+        np.testing.assert_array_equal(res.params[name], p)
+
+
+# ---- long sequences, wide models, linear memory --------------------------------------------------------
+
+def test_long_sequences_and_wide_models(rng):
+    X, y = rng.standard_normal((3, 1024, 6)), rng.standard_normal(3)
+    c, U, W = iid_init(8, 6, seed=0)
+    cr, ur, Wr = rnn_paired_init(8, 6, seed=0)
+    for args, fn in (((X, y, c, U, W), loss_and_grad), ((X, y, cr, ur, Wr), rnn_loss_and_grad)):
+        a, b = fn(*args, backend="numba"), fn(*args, backend="numpy")
+        assert finite(*a)
+        for u, v in zip(a, b):
+            close(u, v, 1e-10)
+    Xw, yw = rng.standard_normal((3, 6, 4)), rng.standard_normal(3)
+    for args, fn in (((Xw, yw, *iid_init(4096, 4, seed=0)), loss_and_grad),
+                     ((Xw, yw, *rnn_paired_init(4096, 4, seed=0)), rnn_loss_and_grad)):
+        a, b = fn(*args, backend="numba"), fn(*args, backend="numpy")
+        assert finite(*a)
+        for u, v in zip(a, b):
+            close(u, v, 1e-10)
+    K = 12
+    ds = Dataset(rng.integers(0, K, (3, 1024)), np.full(3, 1024), rng.integers(0, K, 3), np.eye(K))
+    W1, W2 = rng.standard_normal((K, K)), rng.standard_normal((K, K))
+    a, b = tm.loss_and_grad(ds, W1, W2, "numba"), tm.loss_and_grad(ds, W1, W2, "numpy")
+    assert finite(*a)
+    for u, v in zip(a, b):
+        close(u, v, 1e-10)
+
+
+def peak_bytes(fn) -> int:
+    fn()                                    # compile / warm up outside the measurement
+    tracemalloc.start()
+    try:
+        fn()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def _shallow_T(T, backend, rng):
+    X, y = rng.standard_normal((4, T, 8)), rng.standard_normal(4)
+    c, U, W = iid_init(16, 8, seed=1)
+    return lambda: loss_and_grad(X, y, c, U, W, backend=backend)
+
+
+def _shallow_m(m, backend, rng):
+    X, y = rng.standard_normal((4, 8, 4)), rng.standard_normal(4)
+    c, U, W = iid_init(m, 4, seed=1)
+    return lambda: loss_and_grad(X, y, c, U, W, backend=backend)
+
+
+def _rnn_T(T, backend, rng):
+    X, y = rng.standard_normal((4, T, 8)), rng.standard_normal(4)
+    return lambda: rnn_loss_and_grad(X, y, *rnn_paired_init(16, 8, seed=1), backend=backend)
+
+
+def _rnn_m(m, backend, rng):
+    X, y = rng.standard_normal((4, 8, 4)), rng.standard_normal(4)
+    return lambda: rnn_loss_and_grad(X, y, *rnn_paired_init(m, 4, seed=1), backend=backend)
+
+
+def _twostage_L(L, backend, rng, method=None):
+    K = 16
+    ds = Dataset(rng.integers(0, K, (4, L)), np.full(4, L), rng.integers(0, K, 4), np.eye(K))
+    W1, W2 = rng.standard_normal((K, K)), rng.standard_normal((K, K))
+    if method:
+        return lambda: tm.kq_direction(ds, W1, W2, method, backend)
+    return lambda: tm.loss_and_grad(ds, W1, W2, backend)
+
+
+@pytest.mark.parametrize("backend", ["numba", "numpy"])
+@pytest.mark.parametrize("make", [_shallow_T, _shallow_m, _rnn_T, _rnn_m, _twostage_L], ids=lambda f: f.__name__)
+def test_memory_linear_in_length_and_width(make, backend, rng):
+    """Peak traced memory at 4x the size (T or L: 256 → 1024, m: 1024 → 4096) grows at most ~4x
+    (a quadratic term would give ~16x). Numba's internal allocations are not traced by tracemalloc;
+    for that backend this checks the Python-side temporaries."""
+    small, large = (1024, 4096) if make.__name__.endswith("_m") else (256, 1024)
+    ratio = peak_bytes(make(large, backend, rng)) / max(peak_bytes(make(small, backend, rng)), 1)
+    assert ratio < 6, ratio
+
+
+@pytest.mark.xfail(reason="numpy backend of the stable stage-2 direction builds an [N, Lmax, Lmax] tensor "
+                          "(ntpref/twostage/model.py _np_run, MODE_KQ_STABLE): memory quadratic in Lmax",
+                   strict=False)
+def test_memory_linear_stable_direction_numpy(rng):
+    ratio = peak_bytes(_twostage_L(1024, "numpy", rng, "stable")) / peak_bytes(_twostage_L(256, "numpy", rng, "stable"))
+    assert ratio < 6, ratio
+
+
+def test_memory_linear_stable_direction_numba(rng):
+    ratio = peak_bytes(_twostage_L(1024, "numba", rng, "stable")) / peak_bytes(_twostage_L(256, "numba", rng, "stable"))
+    assert ratio < 6, ratio
