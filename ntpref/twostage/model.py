@@ -210,12 +210,21 @@ def _np_run(prep: Prepared, W_ov, W_kq, mode: int):
         G_kq = np.einsum("nld,nl,ne->de", X, w[:, None] * gs, xL)     # Σ w X g_s x_L^T
     elif mode == kernels.MODE_KQ_STABLE:
         a = np.einsum("nld,nd->nl", X, g @ prep.E.T @ W_ov)            # ã (log-scaled a)
-        D = a[:, :, None] - a[:, None, :]                              # a_l - a_k
-        valid = mask[:, :, None] & mask[:, None, :] & (D != 0)
-        P = np.where(valid, lphi[:, :, None] + lphi[:, None, :], -np.inf)
-        sigma = P.reshape(len(P), -1).max(axis=1)
+        # σ = max over pairs with a_l ≠ a_k of log φ_l + log φ_k. One member of the best pair can be taken
+        # at the arg-max l1 of log φ (any valid pair (l, k) has a member k with a_k ≠ a_{l1}, and
+        # log φ_l ≤ log φ_{l1}), so σ = log φ_{l1} + max{log φ_k : a_k ≠ a_{l1}}: linear, not pairwise.
+        rows = np.arange(len(a))
+        lp = np.where(mask, lphi, -np.inf)
+        l1 = lp.argmax(axis=1)
+        other = np.where(mask & (a != a[rows, l1][:, None]), lp, -np.inf).max(axis=1)
+        sigma = lp[rows, l1] + other
         has = sigma > -np.inf
-        gs = (np.exp(P - np.where(has, sigma, 0.0)[:, None, None]) * np.where(valid, D, 0.0)).sum(axis=2)
+        shift = lp - np.where(has, sigma, 0.0)[:, None]
+        gs = np.zeros_like(a)
+        for k in range(a.shape[1]):                                    # Σ_k e^{log φ_l + log φ_k − σ}(a_l − a_k)
+            D = a - a[:, k:k + 1]                                      # memory O(N Lmax), not O(N Lmax²)
+            valid = mask & mask[:, k:k + 1] & (D != 0)
+            gs += np.where(valid, np.exp(np.where(valid, shift + lp[:, k:k + 1], -np.inf)) * D, 0.0)
         lam = np.where(has, np.where(has, sigma, 0.0) + m, -np.inf) + _np_log_weights(prep)
         log_scale = lam.max()
         if log_scale > -np.inf:
