@@ -10,7 +10,9 @@ scratch
   v_i = W_i q,  z_{t,i} = x_t^T v_i / τ_att,  α_{·,i} = softmax_{t < n_keys}(z_{·,i}),
   p_{t,i} = x_t^T U_i,  s_i = Σ_t α_{t,i} p_{t,i}  (= U_i^T a_i),
 and :func:`_moments` adds a_i = Σ_t α_{t,i} x_t and (M U)_i = Σ_t α_{t,i} (p_{t,i} − s_i) x_t.
-No d×d×T tensor is formed. Head outputs are summed in the fixed pair order (i, i + ⌊m/2⌋), so the
+No d×d×T tensor is formed. The softmax exponentials and tanh come from :mod:`ntpref.vmath`
+(vectorizable, ≤ 1 and ≤ 2 ulp), so the loops over heads vectorize; σ' of tanh is 1 − h² from the
+same h. Head outputs are summed in the fixed pair order (i, i + ⌊m/2⌋), so the
 paired initialisation (second half = first half with c flipped) gives f = 0 exactly.
 
 Determinism: the forward/state kernels run ``prange`` over samples and write only row j. The
@@ -24,12 +26,13 @@ import math
 import numpy as np
 from numba import njit, prange
 
+from .. import vmath
 from .activation import dsigma, sigma
 
 N_BLOCKS = 32  # sample blocks of the gradient kernel (fixed, so results do not depend on threads)
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _states(X, j, Wr, UT, inv_tau, n_keys, v, alpha, p, s):
     """Sample j, all heads: fill v [d, m], α [T, m] (normalised over t < n_keys), p [T, m], s [m]."""
     d, m = UT.shape
@@ -59,7 +62,7 @@ def _states(X, j, Wr, UT, inv_tau, n_keys, v, alpha, p, s):
             v[0, i] = max(v[0, i], alpha[t, i])
     for t in range(n_keys):
         for i in range(m):
-            alpha[t, i] = math.exp((alpha[t, i] - v[0, i]) * inv_tau)
+            alpha[t, i] = vmath.exp((alpha[t, i] - v[0, i]) * inv_tau)
             s[i] += alpha[t, i]
     for i in range(m):
         v[0, i] = 1.0 / s[i]
@@ -70,13 +73,17 @@ def _states(X, j, Wr, UT, inv_tau, n_keys, v, alpha, p, s):
             s[i] += alpha[t, i] * p[t, i]
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _output(s, c, code, h):
-    """Fill h [m] = σ(s); return f = m^{-1/2} Σ_i c_i h_i, summed in the pair order (i, i + ⌊m/2⌋),
-    then the odd head."""
+    """Fill h [m] = σ(s) (tanh: the vectorizable :func:`ntpref.vmath.tanh`); return
+    f = m^{-1/2} Σ_i c_i h_i, summed in the pair order (i, i + ⌊m/2⌋), then the odd head."""
     m = c.shape[0]
-    for i in range(m):
-        h[i] = sigma(s[i], code)
+    if code == 0:
+        for i in range(m):
+            h[i] = vmath.tanh(s[i])
+    else:
+        for i in range(m):
+            h[i] = sigma(s[i], code)
     half = m // 2
     acc = 0.0
     for i in range(half):
@@ -86,7 +93,7 @@ def _output(s, c, code, h):
     return acc / math.sqrt(m)
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _moments(X, j, n_keys, alpha, p, s, a, mu):
     """a [d, m] = Σ_t α_t x_t and mu [d, m] = M U = Σ_t γ_t x_t, γ_t = α_t (p_t − s), for sample j and
     all heads (p is overwritten with γ)."""
@@ -105,7 +112,7 @@ def _moments(X, j, n_keys, alpha, p, s, a, mu):
                 mu[k, i] += p[t, i] * xk
 
 
-@njit(cache=True, parallel=True)
+@njit(cache=True, parallel=True, error_model="numpy")
 def forward_kernel(X, c, Wr, UT, inv_tau, n_keys, code, f):
     """Outputs f [n], written in place."""
     n, T, d = X.shape
@@ -117,7 +124,7 @@ def forward_kernel(X, c, Wr, UT, inv_tau, n_keys, code, f):
         f[j] = _output(s, c, code, h)
 
 
-@njit(cache=True, parallel=True)
+@njit(cache=True, parallel=True, error_model="numpy")
 def head_states_kernel(X, Wr, UT, inv_tau, n_keys, s, a, MU):
     """s [n, m], a [n, d, m], MU [n, d, m] (heads last) of every sample, written in place."""
     n, T, d = X.shape
@@ -128,7 +135,7 @@ def head_states_kernel(X, Wr, UT, inv_tau, n_keys, s, a, MU):
         _moments(X, j, n_keys, alpha, p, s[j], a[j], MU[j])
 
 
-@njit(cache=True, parallel=True)
+@njit(cache=True, parallel=True, error_model="numpy")
 def loss_grad_kernel(X, y, c, Wr, UT, inv_tau, n_keys, code, g_scale, f, grad_c, grad_U, grad_W):
     """One fused pass (spec §2). Per sample: f_j, g_j = g_scale (f_j − y_j) (g_scale = κ/n), and
       e_ji = g_j c_i σ'(s_ji)/√m,  grad_c_i += g_j σ(s_ji)/√m,  grad_U_i += e_ji a_ji,
@@ -152,7 +159,12 @@ def loss_grad_kernel(X, y, c, Wr, UT, inv_tau, n_keys, code, g_scale, f, grad_c,
             _moments(X, j, n_keys, alpha, p, s, a, mu)
             for i in range(m):
                 part_c[b, i] += g * h[i]
-                e[i] = g * c[i] * dsigma(s[i], code) * scale
+            if code == 0:                            # tanh: σ' = 1 − h², h from _output
+                for i in range(m):
+                    e[i] = g * c[i] * (1.0 - h[i] * h[i]) * scale
+            else:
+                for i in range(m):
+                    e[i] = g * c[i] * dsigma(s[i], code) * scale
             for k in range(d):
                 pu, ak, muk = part_U[b, k], a[k], mu[k]
                 for i in range(m):

@@ -1,0 +1,117 @@
+#!/usr/bin/env python
+"""Benchmark ntpref against PyTorch and JAX (one full-batch loss-and-gradient step per model).
+
+    python scripts/bench.py [--quick] [--threads 1 2] [--figure bench.png] [--json bench.json] ...
+
+Adds to the ntpref backends of ``ntpref bench`` (ntpref/bench.py: cases, timing, table, slopes,
+figure), when the frameworks are installed:
+  "torch eager f64"  PyTorch eager, float64, autograd (torch.set_num_threads per row)
+  "torch eager f32"  the same in float32 (the setting of the shallow paper's public code)
+  "jax jit f64"      jax.jit(jax.value_and_grad(...)), float64; XLA's CPU thread pool cannot be
+                     resized in a running process: these rows use XLA's default (all cores) and show
+                     "default" threads; set XLA_FLAGS="--xla_cpu_multi_thread_eigen=false
+                     intra_op_parallelism_threads=1" before the run for single-threaded JAX rows.
+The models are the restatements in scripts/crosscheck_torch.py and scripts/crosscheck_jax.py
+(written from the specs, not from ntpref's code); every step returns the loss and the gradients of
+all trained parameters (twostage: W_ov and W_kq; shallow: c, U, W; indrnn: c, u, W_in), and for the
+JAX rows the result is blocked on before the clock stops.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from ntpref import bench  # noqa: E402
+
+
+def torch_implementations() -> list[bench.Implementation]:
+    try:
+        import torch
+        import crosscheck_common as common
+        import crosscheck_torch as ct
+    except ImportError:
+        return []
+
+    def setup(dtype):
+        def make(case: bench.Case, inputs: dict):
+            if case.model == "twostage":
+                inp = common.TwoStageInput(tokens=inputs["tokens"], mask=inputs["mask"], query=inputs["query"],
+                                           targets=inputs["targets"], E=inputs["E"], succ=None,
+                                           W_ov=inputs["W_ov"], W_kq=inputs["W_kq"])
+                data = ct.TwoStage(inp, dtype)
+                W = [torch.tensor(inputs[k], dtype=dtype, requires_grad=True) for k in ("W_ov", "W_kq")]
+
+                def step():
+                    loss = data.loss(*W)
+                    return loss.item(), torch.autograd.grad(loss, W)
+                return step
+            inp = common.ShallowInput(model=case.model, X=inputs["X"], y=inputs["y"], params={})
+            X = torch.tensor(inputs["X"], dtype=dtype)
+            y = torch.tensor(inputs["y"], dtype=dtype)
+            params = [torch.tensor(p, dtype=dtype, requires_grad=True) for p in inputs["params"]]
+
+            def step():
+                _, loss = ct.mse(inp, X, y, params)
+                return loss.item(), torch.autograd.grad(loss, params)
+            return step
+        return make
+
+    return [bench.Implementation("torch eager f64", setup(torch.float64), torch.set_num_threads),
+            bench.Implementation("torch eager f32", setup(torch.float32), torch.set_num_threads)]
+
+
+def jax_implementations() -> list[bench.Implementation]:
+    try:
+        import jax
+        import crosscheck_common as common
+        import crosscheck_jax as cj          # enables jax_enable_x64
+        import jax.numpy as jnp
+    except ImportError:
+        return []
+    twostage_grad = jax.jit(jax.value_and_grad(cj.twostage_loss, argnums=(0, 1)))
+    shallow_grad = jax.jit(jax.value_and_grad(cj.mse, argnums=3, has_aux=True), static_argnums=0)
+
+    def make(case: bench.Case, inputs: dict):
+        if case.model == "twostage":
+            inp = common.TwoStageInput(tokens=inputs["tokens"], mask=inputs["mask"], query=inputs["query"],
+                                       targets=inputs["targets"], E=inputs["E"], succ=None,
+                                       W_ov=inputs["W_ov"], W_kq=inputs["W_kq"])
+            data = cj.twostage_data(inp, jnp.float64)
+            W_ov, W_kq = jnp.asarray(inputs["W_ov"]), jnp.asarray(inputs["W_kq"])
+            return lambda: jax.block_until_ready(twostage_grad(W_ov, W_kq, data))
+        opts = dict((("model", case.model), ("kappa", 2.0), ("tau_att", 1.0), ("mask_last_key", False),
+                     ("activation", "tanh")))
+        X, y = jnp.asarray(inputs["X"]), jnp.asarray(inputs["y"])
+        params = tuple(jnp.asarray(p) for p in inputs["params"])
+        frozen = _Frozen(opts)
+        return lambda: jax.block_until_ready(shallow_grad(frozen, X, y, params))
+
+    return [bench.Implementation("jax jit f64", make, None)]
+
+
+class _Frozen(dict):
+    """A hashable options dict (a static argument of jax.jit)."""
+
+    def __hash__(self):
+        return hash(tuple(sorted(self.items())))
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    bench.add_arguments(parser)
+    parser.add_argument("--no-torch", action="store_true")
+    parser.add_argument("--no-jax", action="store_true")
+    args = parser.parse_args(argv)
+    extra = []
+    if not args.no_torch:
+        extra += torch_implementations()
+    if not args.no_jax:
+        extra += jax_implementations()
+    return bench.run_from_args(args, extra)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
