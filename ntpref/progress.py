@@ -8,7 +8,7 @@ import time
 class Progress:
     """Callable ``progress(label, done, total)`` that prints at most every ``every`` seconds.
 
-    The last call of a label (``done == total``) always prints. ``enabled=False`` prints nothing,
+    The last call of a label (``done == total``) always prints, once. ``enabled=False`` prints nothing,
     so library code can take one unconditionally.
     """
 
@@ -16,6 +16,7 @@ class Progress:
         self.enabled, self.every = enabled, every
         self.stream = stream if stream is not None else sys.stderr
         self._start: dict[str, float] = {}
+        self._printed: dict[str, int] = {}
         self._last = 0.0
 
     def __call__(self, label: str, done: int, total: int) -> None:
@@ -23,8 +24,9 @@ class Progress:
             return
         now = time.perf_counter()
         start = self._start.setdefault(label, now)
-        if done < total and now - self._last < self.every:
+        if (done < total and now - self._last < self.every) or self._printed.get(label) == done:
             return
+        self._printed[label] = done
         self._last = now
         elapsed = now - start
         left = f", ~{elapsed * (total - done) / done:.1f} s left" if 0 < done < total else ""

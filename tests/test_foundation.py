@@ -76,3 +76,17 @@ def test_cli_bad_input_is_one_line_exit_2(tmp_path, capsys):
 def test_console_script_usage_error_exit_2():
     r = subprocess.run([sys.executable, "-m", "ntpref.cli", "eval"], capture_output=True, text=True)
     assert r.returncode == 2 and "Traceback" not in r.stderr
+
+
+def test_progress_throttles_and_prints_completion_once():
+    import io
+
+    from ntpref.progress import Progress
+
+    out = io.StringIO()
+    p = Progress(every=3600, stream=out)
+    for done in range(0, 11):
+        p("stage 2", done, 10)
+    p("stage 2", 10, 10)
+    lines = out.getvalue().splitlines()
+    assert [ln.split(" (")[0] for ln in lines] == ["stage 2: 0/10", "stage 2: 10/10"]
