@@ -10,8 +10,8 @@ entry [τ_l, q] of G_kq gets g_s,l). For E = I (one-hot) B = W and no transform 
 :func:`token_matrix` / :func:`embed_matrix` do the two changes of basis.
 
 A sentence set carries weights w_i (1/N for Eq. 1; the normalised collocation weights for L0, whose
-sentences are the one-token sentences [x] with target n(x)). :func:`sentences_serial` (or
-:func:`sentences_parallel`) then :func:`reduce` handle all modes:
+sentences are the one-token sentences [x] with target n(x)). :func:`pass_serial` (one call; or
+:func:`sentences_parallel` then :func:`reduce`) handles all modes:
 
     MODE_FORWARD   loss, per-sentence losses, logits, attention
     MODE_GRAD      + plain float64 gradients G_ov, G_kq (spec §3, p_y - 1 = -Σ_{v≠y} p_v)
@@ -28,7 +28,8 @@ sentences is shifted by Λ = max λ_i, which is returned.
 
 Per-sentence work runs serially or in parallel over sentences (prange, writing only per-sentence slots);
 the reduction is serial in sentence order, so results are bitwise identical for either driver and any
-thread count. Never fastmath. Exponentials come from :mod:`ntpref.vmath` (inlined, vectorizable, ≤ 1
+thread count. :func:`ngd_steps` runs whole stretches of Algorithm 1 (update and per-step metrics) on the
+serial pass, so a training loop makes one compiled call per chunk of steps instead of one per step. Never fastmath. Exponentials come from :mod:`ntpref.vmath` (inlined, vectorizable, ≤ 1
 ulp); the drivers transpose B_ov once (BovT) and :func:`reduce` accumulates G_ov transposed, so the
 loops over the K logits run with unit stride.
 """
@@ -84,7 +85,7 @@ def embed_matrix(E, G):
     return out
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", inline="always")
 def _sentence(i, tokens, lengths, targets, BovT, Bkq, attn, lphi, logits, gz):
     """Forward pass of sentence i into its slots; returns (ℓ_i, m_i). BovT = B_ov^T (row τ = column τ
     of B_ov, so the loops over the K logits run with unit stride).
@@ -113,30 +114,28 @@ def _sentence(i, tokens, lengths, targets, BovT, Bkq, attn, lphi, logits, gz):
     for l in range(L):
         attn[i, l] = attn[i, l] / Z
         lphi[i, l] = lphi[i, l] - logZ
-    z = logits[i]
     for v in range(K):
-        z[v] = 0.0
+        logits[i, v] = 0.0
     for l in range(L):
-        row = BovT[tokens[i, l]]
+        t = tokens[i, l]
         f = attn[i, l]
         for v in range(K):
-            z[v] += f * row[v]
-    zy = z[y]
+            logits[i, v] += f * BovT[t, v]
+    zy = logits[i, y]
     rmax = -np.inf
     for v in range(K):
-        if v != y and z[v] - zy > rmax:
-            rmax = z[v] - zy
+        if v != y and logits[i, v] - zy > rmax:
+            rmax = logits[i, v] - zy
     if K == 1:
         gz[i, 0] = 0.0
         return 0.0, -np.inf
-    g = gz[i]
     for v in range(K):
-        g[v] = vmath.exp((z[v] - zy) - rmax)
+        gz[i, v] = vmath.exp((logits[i, v] - zy) - rmax)
     S = 0.0
     for v in range(K):
         if v != y:
-            S += g[v]
-    g[y] = -S
+            S += gz[i, v]
+    gz[i, y] = -S
     if rmax > 0.0:
         m = -math.log(vmath.exp(-rmax) + S)
         return rmax - m, m
@@ -144,20 +143,19 @@ def _sentence(i, tokens, lengths, targets, BovT, Bkq, attn, lphi, logits, gz):
     return loss, rmax - loss
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", inline="always")
 def _sentence_a(i, tokens, lengths, BovT, gz, a):
     """a[i, l] = Σ_v gz[i, v] B_ov[v, τ_l]   (a = X^T W_ov^T E g; BovT = B_ov^T)."""
     K = BovT.shape[0]
-    g = gz[i]
     for l in range(lengths[i]):
-        row = BovT[tokens[i, l]]
+        t = tokens[i, l]
         acc = 0.0
         for v in range(K):
-            acc += g[v] * row[v]
+            acc += gz[i, v] * BovT[t, v]
         a[i, l] = acc
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", inline="always")
 def _sentence_gs_naive(i, lengths, attn, a, gs):
     """g_s = φ ⊙ (a - (φ·a) 1) (spec §3)."""
     L = lengths[i]
@@ -168,7 +166,7 @@ def _sentence_gs_naive(i, lengths, attn, a, gs):
         gs[i, l] = attn[i, l] * (a[i, l] - pa)
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", inline="always")
 def _sentence_gs_stable(i, lengths, lphi, a, gs):
     """gs[i, l] = Σ_k e^{log φ_l + log φ_k - σ} (a_l - a_k); returns σ (-inf when g_s = 0 exactly).
 
@@ -192,7 +190,7 @@ def _sentence_gs_stable(i, lengths, lphi, a, gs):
     return sigma
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", inline="always")
 def _one(i, mode, tokens, lengths, targets, weights, BovT, Bkq, losses, lam, logits, gz, attn, lphi, a, gs):
     """All per-sentence work of a pass for sentence i (writes only row / slot i; BovT = B_ov^T)."""
     K = BovT.shape[0]
@@ -213,19 +211,21 @@ def _one(i, mode, tokens, lengths, targets, weights, BovT, Bkq, losses, lam, log
 
 
 @njit(cache=True, error_model="numpy")
-def _slots(N, Lmax, K):
-    """Per-sentence output slots: losses, lam [N]; logits, gz [N, K]; attn, lphi, a, gs [N, Lmax]."""
+def slots(N, Lmax, K):
+    """Per-sentence work slots of a pass: losses, lam [N]; logits, gz [N, K]; attn, lphi, a, gs [N, Lmax]
+    (allocated once per training loop and reused by every step)."""
     return (np.empty(N), np.empty(N), np.empty((N, K)), np.empty((N, K)), np.zeros((N, Lmax)),
             np.empty((N, Lmax)), np.empty((N, Lmax)), np.empty((N, Lmax)))
 
 
 @njit(cache=True, parallel=True, error_model="numpy")
 def sentences_parallel(tokens, lengths, targets, weights, Bov, Bkq, mode):
-    """:func:`sentences_serial` with the sentences spread over threads (prange; each iteration writes
-    only its own slots, so the result is bitwise the same). Called from Python only: a cached njit
-    caller of a parallel function segfaults when loaded from Numba's cache (numba issue #8578)."""
+    """The per-sentence part of :func:`pass_serial` with the sentences spread over threads (prange; each
+    iteration writes only its own slots, so the result is bitwise the same). Returns the slots (losses,
+    lam, logits, gz, attn, gs) that :func:`reduce` sums. Called from Python only: a cached njit caller
+    of a parallel function segfaults when loaded from Numba's cache (numba issue #8578)."""
     N, Lmax = tokens.shape
-    losses, lam, logits, gz, attn, lphi, a, gs = _slots(N, Lmax, Bov.shape[0])
+    losses, lam, logits, gz, attn, lphi, a, gs = slots(N, Lmax, Bov.shape[0])
     BovT = Bov.T.copy()
     for i in prange(N):
         _one(i, mode, tokens, lengths, targets, weights, BovT, Bkq, losses, lam, logits, gz, attn, lphi, a, gs)
@@ -233,35 +233,58 @@ def sentences_parallel(tokens, lengths, targets, weights, Bov, Bkq, mode):
 
 
 @njit(cache=True, error_model="numpy")
-def sentences_serial(tokens, lengths, targets, weights, Bov, Bkq, mode):
-    """Per-sentence pass over a weighted sentence set in token space (module docstring).
-
-    tokens [N, Lmax] int64 (-1 padding), lengths [N], targets [N], weights [N] (sum 1),
-    Bov, Bkq [K, K], mode one of MODE_*.
-    Returns the slots (losses [N], lam [N], logits [N, K], gz [N, K], attn [N, Lmax], gs [N, Lmax])
-    that :func:`reduce` sums.
-    """
-    N, Lmax = tokens.shape
-    losses, lam, logits, gz, attn, lphi, a, gs = _slots(N, Lmax, Bov.shape[0])
-    BovT = Bov.T.copy()
-    for i in range(N):
-        _one(i, mode, tokens, lengths, targets, weights, BovT, Bkq, losses, lam, logits, gz, attn, lphi, a, gs)
-    return losses, lam, logits, gz, attn, gs
+def _pass(tokens, lengths, targets, weights, BovT, Bkq, mode, ws, GovT, Gkq):
+    """One serial pass over a weighted sentence set into the work slots ``ws`` (see :func:`slots`) and
+    the zeroed sums GovT = G_ov^T, Gkq [K, K]; returns (loss, log_scale) as :func:`reduce`."""
+    losses, lam, logits, gz, attn, lphi, a, gs = ws
+    # one loop per mode, each passing the mode as a constant to the inlined _one (its branches fold away)
+    if mode == MODE_KQ_STABLE:
+        for i in range(tokens.shape[0]):
+            _one(i, MODE_KQ_STABLE, tokens, lengths, targets, weights, BovT, Bkq, losses, lam, logits, gz, attn,
+                 lphi, a, gs)
+    elif mode == MODE_OV_STABLE:
+        for i in range(tokens.shape[0]):
+            _one(i, MODE_OV_STABLE, tokens, lengths, targets, weights, BovT, Bkq, losses, lam, logits, gz, attn,
+                 lphi, a, gs)
+    elif mode == MODE_GRAD:
+        for i in range(tokens.shape[0]):
+            _one(i, MODE_GRAD, tokens, lengths, targets, weights, BovT, Bkq, losses, lam, logits, gz, attn,
+                 lphi, a, gs)
+    else:
+        for i in range(tokens.shape[0]):
+            _one(i, MODE_FORWARD, tokens, lengths, targets, weights, BovT, Bkq, losses, lam, logits, gz, attn,
+                 lphi, a, gs)
+    return _reduce_into(tokens, lengths, weights, mode, losses, lam, gz, attn, gs, GovT, Gkq)
 
 
 @njit(cache=True, error_model="numpy")
-def reduce(tokens, lengths, weights, mode, losses, lam, gz, attn, gs):
-    """Serial sum of the slots in sentence order. Returns (loss, log_scale, G_ov [K, K], G_kq [K, K]):
-    loss = Σ_i w_i ℓ_i; in MODE_GRAD the gradients themselves (log_scale 0); in the stable modes the
-    gradient of the named matrix is exp(log_scale) * G (log_scale -inf and G = 0 when it is exactly 0).
+def pass_serial(tokens, lengths, targets, weights, Bov, Bkq, mode):
+    """Per-sentence pass over a weighted sentence set in token space (module docstring) and its serial
+    reduction, in one call.
+
+    tokens [N, Lmax] int64 (-1 padding), lengths [N], targets [N], weights [N] (sum 1),
+    Bov, Bkq [K, K], mode one of MODE_*.
+    Returns (loss, log_scale, losses [N], logits [N, K], attn [N, Lmax], G_ov [K, K], G_kq [K, K]) with
+    loss, log_scale and the G's as in :func:`reduce`.
     """
+    N, Lmax = tokens.shape
+    K = Bov.shape[0]
+    ws = slots(N, Lmax, K)
+    GovT = np.zeros((K, K))
+    Gkq = np.zeros((K, K))
+    loss, log_scale = _pass(tokens, lengths, targets, weights, Bov.T.copy(), Bkq, mode, ws, GovT, Gkq)
+    return loss, log_scale, ws[0], ws[2], ws[4], GovT.T.copy(), Gkq
+
+
+@njit(cache=True, error_model="numpy")
+def _reduce_into(tokens, lengths, weights, mode, losses, lam, gz, attn, gs, GovT, Gkq):
+    """Serial sum of the slots in sentence order into the zeroed GovT = G_ov^T and Gkq; returns
+    (loss, log_scale) as :func:`reduce`."""
     N = tokens.shape[0]
     K = gz.shape[1]
     loss = 0.0
     for i in range(N):
         loss += weights[i] * losses[i]
-    GovT = np.zeros((K, K))          # G_ov^T: row τ collects column τ of G_ov (unit stride)
-    Gkq = np.zeros((K, K))
     log_scale = 0.0
     if mode == MODE_KQ_STABLE or mode == MODE_OV_STABLE:
         log_scale = -np.inf
@@ -269,7 +292,7 @@ def reduce(tokens, lengths, weights, mode, losses, lam, gz, attn, gs):
             if lam[i] > log_scale:
                 log_scale = lam[i]
         if log_scale == -np.inf:
-            return loss, log_scale, GovT, Gkq
+            return loss, log_scale
     for i in range(N):
         if mode == MODE_GRAD:
             c_ov = weights[i]
@@ -288,26 +311,137 @@ def reduce(tokens, lengths, weights, mode, losses, lam, gz, attn, gs):
             t = tokens[i, l]
             if c_ov != 0.0:
                 f = c_ov * attn[i, l]
-                row = GovT[t]
-                g = gz[i]
                 for v in range(K):
-                    row[v] += g[v] * f
+                    GovT[t, v] += gz[i, v] * f
             if c_kq != 0.0:
                 Gkq[t, q] += c_kq * gs[i, l]
+    return loss, log_scale
+
+
+@njit(cache=True, error_model="numpy")
+def reduce(tokens, lengths, weights, mode, losses, lam, gz, attn, gs):
+    """Serial sum of the slots in sentence order. Returns (loss, log_scale, G_ov [K, K], G_kq [K, K]):
+    loss = Σ_i w_i ℓ_i; in MODE_GRAD the gradients themselves (log_scale 0); in the stable modes the
+    gradient of the named matrix is exp(log_scale) * G (log_scale -inf and G = 0 when it is exactly 0).
+    """
+    K = gz.shape[1]
+    GovT = np.zeros((K, K))          # G_ov^T: row τ collects column τ of G_ov (unit stride)
+    Gkq = np.zeros((K, K))
+    loss, log_scale = _reduce_into(tokens, lengths, weights, mode, losses, lam, gz, attn, gs, GovT, Gkq)
     return loss, log_scale, GovT.T.copy(), Gkq
 
 
 @njit(cache=True, error_model="numpy")
-def unit(G, log_scale):
-    """(G/‖G‖_F, log_scale + log ‖G‖_F), the norm formed from G/max|G| (no overflow); (0, -inf) when G = 0."""
+def _unit_into(G, log_scale, out):
+    """out = G/‖G‖_F; returns log_scale + log ‖G‖_F, the norm formed from G/max|G| (no overflow);
+    -inf (out untouched) when G = 0 or log_scale = -inf."""
     amax = 0.0
     for x in G.ravel():
         if abs(x) > amax:
             amax = abs(x)
     if amax == 0.0 or log_scale == -np.inf:
-        return np.zeros_like(G), -np.inf
+        return -np.inf
     acc = 0.0
     for x in G.ravel():
         acc += (x / amax) * (x / amax)
     nrm = math.sqrt(acc)
-    return G / (amax * nrm), log_scale + math.log(amax) + math.log(nrm)
+    c = amax * nrm
+    Gf = G.ravel()
+    of = out.ravel()
+    for j in range(Gf.size):
+        of[j] = Gf[j] / c
+    return log_scale + math.log(amax) + math.log(nrm)
+
+
+@njit(cache=True, error_model="numpy")
+def unit(G, log_scale):
+    """(G/‖G‖_F, log_scale + log ‖G‖_F), the norm formed from G/max|G| (no overflow); (0, -inf) when G = 0."""
+    out = np.zeros_like(G)
+    log_norm = _unit_into(G, log_scale, out)
+    if log_norm == -np.inf:
+        out[:] = 0.0
+    return out, log_norm
+
+
+@njit(cache=True, error_model="numpy")
+def accuracy_and_mass(logits, attn, tokens, lengths, targets, xstar):
+    """(fraction of sentences with logits[y] strictly largest, mean attention mass on the tokens = x*)."""
+    N, K = logits.shape
+    correct = 0.0
+    mass = 0.0
+    for i in range(N):
+        y = targets[i]
+        ok = True
+        for v in range(K):
+            if v != y and logits[i, v] >= logits[i, y]:
+                ok = False
+                break
+        if ok:
+            correct += 1.0
+        m = 0.0
+        for l in range(lengths[i]):
+            if tokens[i, l] == xstar[i]:
+                m += attn[i, l]
+        mass += m
+    return correct / N, mass / N
+
+
+@njit(cache=True, error_model="numpy")
+def _transpose_into(A, out):
+    n, m = A.shape
+    for r in range(n):
+        for c in range(m):
+            out[c, r] = A[r, c]
+
+
+@njit(cache=True, error_model="numpy")
+def ngd_steps(tokens, lengths, targets, weights, E, onehot, W_ov, W_kq, train_kq, xstar, eta, mode, t0, t1, T,
+              loss, accuracy, attn_opt, W_hist):
+    """Steps t = t0..t1-1 of normalized GD (spec §4) on a weighted sentence set, all in compiled code.
+
+    Trains W_kq (``train_kq``, W_ov frozen: stage 2) or W_ov (W_kq unused: stage 1) in place:
+    W ← W − η G/‖G‖_F with G the gradient of the trained matrix from a pass in ``mode`` (MODE_GRAD,
+    naive, or the stable mode of that matrix). At each t it first records the current iterate W into
+    W_hist[t - t0] and its metrics loss, accuracy, attn_opt (mass on ``xstar``) at index t (the caller
+    forms norms and correlations from W_hist with NumPy); at t == T it only records them (forward pass). E [d, K] with ``onehot`` (E = I, no basis
+    change). Returns the step t at which G was exactly zero (W not updated, loop stopped), else -1.
+    """
+    N, Lmax = tokens.shape
+    d, K = E.shape
+    ws = slots(N, Lmax, K)
+    logits, attn = ws[2], ws[4]
+    W = W_kq if train_kq else W_ov
+    BovT = np.empty((K, K))
+    Bkq = W_kq if onehot else token_matrix(E, W_kq)
+    if train_kq:
+        _transpose_into(W_ov if onehot else token_matrix(E, W_ov), BovT)
+    GovT = np.empty((K, K))
+    Gkq = np.empty((K, K))
+    G_ov = np.empty((K, K))
+    u = np.empty((d, d))
+    for t in range(t0, t1):
+        if train_kq and not onehot:
+            Bkq = token_matrix(E, W_kq)
+        if not train_kq:
+            _transpose_into(W_ov if onehot else token_matrix(E, W_ov), BovT)
+        GovT[:] = 0.0
+        Gkq[:] = 0.0
+        m = MODE_FORWARD if t == T else mode
+        loss[t], log_scale = _pass(tokens, lengths, targets, weights, BovT, Bkq, m, ws, GovT, Gkq)
+        W_hist[t - t0] = W
+        accuracy[t], attn_opt[t] = accuracy_and_mass(logits, attn, tokens, lengths, targets, xstar)
+        if t == T:
+            break
+        if train_kq:
+            G = Gkq
+        else:
+            _transpose_into(GovT, G_ov)
+            G = G_ov
+        if not onehot:
+            G = embed_matrix(E, G)
+        if _unit_into(G, log_scale, u) == -np.inf:
+            return t
+        for r in range(d):
+            for c in range(d):
+                W[r, c] = W[r, c] - eta * u[r, c]
+    return -1

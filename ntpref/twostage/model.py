@@ -247,9 +247,10 @@ def _parallel(prep: Prepared) -> bool:
 
 def _numba_pass(prep: Prepared, Bov, Bkq, mode: int):
     """kernels pass in token space: (loss, log_scale, losses, logits, attn, G_ov [K, K], G_kq [K, K])."""
-    sentences = kernels.sentences_parallel if _parallel(prep) else kernels.sentences_serial
-    losses, lam, logits, gz, attn, gs = sentences(prep.tokens, prep.lengths, prep.targets, prep.weights,
-                                                  Bov, Bkq, mode)
+    if not _parallel(prep):
+        return kernels.pass_serial(prep.tokens, prep.lengths, prep.targets, prep.weights, Bov, Bkq, mode)
+    losses, lam, logits, gz, attn, gs = kernels.sentences_parallel(prep.tokens, prep.lengths, prep.targets,
+                                                                   prep.weights, Bov, Bkq, mode)
     loss, log_scale, G_ov, G_kq = kernels.reduce(prep.tokens, prep.lengths, prep.weights, mode,
                                                  losses, lam, gz, attn, gs)
     return loss, log_scale, losses, logits, attn, G_ov, G_kq

@@ -18,7 +18,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-from numba import njit
 
 from ..checks import as_float, as_int, as_scalar, check_backend
 from ..errors import InputError
@@ -108,30 +107,7 @@ def prediction_metrics(ds: Dataset, logits: np.ndarray, attn: np.ndarray, xstar:
     """(accuracy, attention mass) of a forward pass over ``ds``: the fraction of sentences whose target logit is
     strictly the largest (a tie counts as wrong), and the mean over sentences of the attention on the token
     ``xstar[i]`` (all its copies). logits [N, K], attn [N, Lmax], xstar [N] int64."""
-    return _accuracy_and_mass(logits, attn, ds.tokens, ds.lengths, ds.targets, xstar)
-
-
-@njit(cache=True)
-def _accuracy_and_mass(logits, attn, tokens, lengths, targets, xstar):
-    """(fraction of sentences with logits[y] strictly largest, mean attention mass on the tokens = x*)."""
-    N, K = logits.shape
-    correct = 0.0
-    mass = 0.0
-    for i in range(N):
-        y = targets[i]
-        ok = True
-        for v in range(K):
-            if v != y and logits[i, v] >= logits[i, y]:
-                ok = False
-                break
-        if ok:
-            correct += 1.0
-        m = 0.0
-        for l in range(lengths[i]):
-            if tokens[i, l] == xstar[i]:
-                m += attn[i, l]
-        mass += m
-    return correct / N, mass / N
+    return kernels.accuracy_and_mass(logits, attn, ds.tokens, ds.lengths, ds.targets, xstar)
 
 
 def _init(shape, W0, name, init, sigma, rng):
@@ -212,7 +188,9 @@ def two_stage(ds: Dataset, *, eta0: float | None = None, eta: float | None = Non
     W_ov_s, cert_ov = W_ov_star(ds.E, ds.succ, C)
     W_kq_s, cert_kq = W_kq_star(ds)
 
-    W_ov_stage1, stage1, stop1 = _stage1(prep0, W_ov, W_ov_s, eta0, T0, direction, backend, progress)
+    W_ov_stage1, stage1, stop1, _ = _ngd(prep0, W_ov, np.zeros((d, d)), False, W_ov_s, C, eta0, T0, direction,
+                                         set(), backend, "stage 1", progress)
+    stage1 = {k: stage1[k] for k in STAGE1_METRICS}
     W_ov, lam = W_ov_stage1, None
     if ideal_ff is not False:
         lam = float(np.linalg.norm(W_ov)) if ideal_ff is True else as_scalar("ideal_ff", ideal_ff, low=0,
@@ -223,66 +201,89 @@ def two_stage(ds: Dataset, *, eta0: float | None = None, eta: float | None = Non
     ds2 = with_collocations(ds, C) if include_D0 else ds
     xstar = optimal_tokens(ds2)
     floor = loss_floor(ds2, W_ov, xstar, backend)
-    W_kq, stage2, stop2, snaps = _stage2(ds2, W_ov, W_kq, W_kq_s, xstar, floor, eta, T, direction, snapshots,
-                                         backend, progress)
+    W_kq, stage2, stop2, snaps = _ngd(model._prepared(ds2), W_ov, W_kq, True, W_kq_s, xstar, eta, T, direction,
+                                      snapshots, backend, "stage 2", progress)
+    stage2["excess"] = stage2["loss"] - floor
+    stage2 = {k: stage2[k] for k in STAGE2_METRICS}
     return TwoStageResult(W_ov=W_ov, W_kq=W_kq, W_ov_star=W_ov_s, W_kq_star=W_kq_s,
                           certificates={"W_ov_star": cert_ov, "W_kq_star": cert_kq}, stage1=stage1, stage2=stage2,
                           loss_floor=floor, stop1=stop1, stop2=stop2, W_ov_stage1=W_ov_stage1, lam=lam,
                           snapshots=snaps)
 
 
-def _stage1(prep0, W_ov, W_star, eta0, T0, method, backend, progress):
-    """Stage 1 on the collocation set: metrics over t = 0..T0 and the final W_ov."""
-    m = {k: np.empty(T0 + 1) for k in STAGE1_METRICS}
-    stop = Stop("max_steps", T0)
-    for t in range(T0 + 1):
-        m["norm"][t] = np.linalg.norm(W_ov)
-        m["corr"][t] = rho(W_ov, W_star)
-        if t == T0:
-            m["loss"][t] = model._forward(prep0, W_ov, None, backend).loss
-            break
-        direction, m["loss"][t] = model._direction(prep0, W_ov, None, "ov", method, backend)
-        if direction.unit is None:
-            stop = Stop("zero_gradient", t)
-            _pad(m, t)
-            break
-        W_ov = W_ov - eta0 * direction.unit
-        if t % 256 == 0:
-            progress("stage 1", t, T0)
-    progress("stage 1", T0, T0)
-    return W_ov, m, stop
+# the pass of each stage's step: it gives the loss, logits, attention and the gradient of the trained matrix
+_MODE = {("stable", True): kernels.MODE_KQ_STABLE, ("stable", False): kernels.MODE_OV_STABLE,
+         ("naive", True): kernels.MODE_GRAD, ("naive", False): kernels.MODE_GRAD}
+CHUNK = 500
+"""Steps per compiled call of the Numba training loop; progress is reported between chunks."""
 
 
-# one pass of the Numba/NumPy model per stage-2 step gives the loss, logits, attention and the gradient
-_KQ_MODE = {"stable": kernels.MODE_KQ_STABLE, "naive": kernels.MODE_GRAD}
+def _ngd(prep, W_ov, W_kq, train_kq, W_star, xstar, eta, T, method, snapshots, backend, label, progress):
+    """Normalized GD on the weighted sentence set ``prep``, training W_kq (``train_kq``, W_ov frozen: stage
+    2) or W_ov (stage 1, on the collocation set). Returns (trained W, metrics, Stop, snapshots) with the
+    metrics "loss", "norm", "corr", "accuracy", "attn_opt" as [T + 1] arrays over t = 0..T (attention mass
+    on ``xstar``) and the snapshots {t: W after t updates} for t in ``snapshots``.
 
-
-def _stage2(ds, W_ov, W_kq, W_star, xstar, floor, eta, T, method, snapshots, backend, progress):
-    """Stage 2 on ``ds`` with W_ov frozen: metrics over t = 0..T, final W_kq and the snapshots."""
-    prep = model._prepared(ds)
-    m = {k: np.empty(T + 1) for k in STAGE2_METRICS}
+    Numba backend: the steps run in compiled code (kernels.ngd_steps), in chunks of CHUNK steps and
+    split at the snapshot steps. When the set is large enough for the parallel pass (model._parallel),
+    and for the NumPy backend, one model pass per step from Python instead.
+    """
+    keys = ("loss", "norm", "corr", "accuracy", "attn_opt")
+    m = {k: np.empty(T + 1) for k in keys}
     stop = Stop("max_steps", T)
     snaps = {}
+    mode = _MODE[method, train_kq]
+    W_star, xstar = np.ascontiguousarray(W_star, dtype=np.float64), np.ascontiguousarray(xstar, dtype=np.int64)
+    if backend == "numba" and not model._parallel(prep):
+        W_ov, W_kq = W_ov.copy(), W_kq.copy()            # trained in place
+        W = W_kq if train_kq else W_ov
+        bounds = sorted(set(range(0, T + 1, CHUNK)) | set(snapshots) | {T + 1})
+        W_hist = np.empty((min(CHUNK, T + 1), *W.shape))
+        star_norm = np.linalg.norm(W_star)
+        for t0, t1 in zip(bounds, bounds[1:]):
+            if t0 in snapshots:
+                snaps[t0] = W.copy()
+            t = kernels.ngd_steps(prep.tokens, prep.lengths, prep.targets, prep.weights, prep.E, prep.onehot,
+                                  W_ov, W_kq, train_kq, xstar, eta, mode, t0, t1, T, m["loss"], m["accuracy"],
+                                  m["attn_opt"], W_hist)
+            for j in range((t1 if t < 0 else t + 1) - t0):     # norm and ρ exactly as np.linalg.norm and svm.rho
+                nw = np.linalg.norm(W_hist[j])
+                m["norm"][t0 + j] = nw
+                m["corr"][t0 + j] = 0.0 if nw == 0.0 or star_norm == 0.0 else \
+                    float(np.vdot(W_hist[j], W_star)) / (nw * star_norm)
+            if t >= 0:
+                stop = Stop("zero_gradient", t)
+                _pad(m, t)
+                snaps.update({s: W.copy() for s in snapshots if s > t})
+                break
+            if t1 <= T:
+                progress(label, t1, T)
+        progress(label, T, T)
+        return W, m, stop, snaps
     for t in range(T + 1):
-        mode = kernels.MODE_FORWARD if t == T else _KQ_MODE[method]
-        loss, log_scale, _, logits, attn, _, G = model._run(prep, W_ov, W_kq, mode, backend)
+        W = W_kq if train_kq else W_ov
+        loss, log_scale, _, logits, attn, G_ov, G_kq = model._run(prep, W_ov, W_kq, kernels.MODE_FORWARD if t == T
+                                                                  else mode, backend)
         m["loss"][t] = loss
-        m["norm"][t] = np.linalg.norm(W_kq)
-        m["corr"][t] = rho(W_kq, W_star)
-        m["accuracy"][t], m["attn_opt"][t] = prediction_metrics(ds, logits, attn, xstar)
+        m["norm"][t] = np.linalg.norm(W)
+        m["corr"][t] = rho(W, W_star)
+        m["accuracy"][t], m["attn_opt"][t] = kernels.accuracy_and_mass(logits, attn, prep.tokens, prep.lengths,
+                                                                       prep.targets, xstar)
         if t in snapshots:
-            snaps[t] = W_kq
+            snaps[t] = W
         if t == T:
             break
-        unit = model._unit(G, log_scale, backend).unit
+        unit = model._unit(G_kq if train_kq else G_ov, log_scale, backend).unit
         if unit is None:
             stop = Stop("zero_gradient", t)
             _pad(m, t)
-            snaps.update({s: W_kq for s in snapshots if s > t})
+            snaps.update({s: W for s in snapshots if s > t})
             break
-        W_kq = W_kq - eta * unit
-        if t % 256 == 0:
-            progress("stage 2", t, T)
-    m["excess"] = m["loss"] - floor
-    progress("stage 2", T, T)
-    return W_kq, m, stop, snaps
+        if train_kq:
+            W_kq = W_kq - eta * unit
+        else:
+            W_ov = W_ov - eta * unit
+        if t % CHUNK == 0:
+            progress(label, t, T)
+    progress(label, T, T)
+    return (W_kq if train_kq else W_ov), m, stop, snaps
