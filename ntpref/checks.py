@@ -9,7 +9,7 @@ from collections.abc import Iterable, Mapping
 
 import numpy as np
 
-from .errors import InputError
+from .errors import InputError, NonFiniteError
 
 BACKENDS = ("numba", "numpy")
 #: Largest step count accepted from an input file (T0, T, steps): the per-step logs hold one float64 per step.
@@ -123,3 +123,16 @@ def check_names(arrays: Mapping, required: Iterable[str], optional: Iterable[str
     missing = [n for n in required if n not in arrays]
     if missing:
         raise InputError(f"{what}: missing array '{missing[0]}'" + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""))
+
+
+def require_finite(**outputs) -> None:
+    """Raise NonFiniteError (an InputError) naming the first output array holding NaN or inf.
+
+    A finite input can still overflow float64 (entries around 1e300); the result is then refused rather
+    than returned as inf or NaN.
+    """
+    for name, value in outputs.items():
+        a = np.asarray(value)
+        if a.dtype.kind in "fc" and not np.isfinite(a).all():
+            raise NonFiniteError(f"output '{name}': {int(a.size - np.isfinite(a).sum())} non-finite value(s) "
+                             "(overflow: the inputs are too large to compute in float64)")

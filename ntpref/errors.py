@@ -13,6 +13,10 @@ class InputError(NtprefError, ValueError):
     """An input (array, option, file) is malformed: wrong name, shape, dtype, range or value."""
 
 
+class NonFiniteError(InputError):
+    """Finite inputs whose result overflows float64 (e.g. entries around 1e300, or a diverging run)."""
+
+
 class InfeasibleError(NtprefError):
     """The problem has no solution, e.g. an unrealizable dataset (a cycle in a partial order)."""
 

@@ -221,3 +221,25 @@ def test_memory_linear_stable_direction_numpy(rng):
 def test_memory_linear_stable_direction_numba(rng):
     ratio = peak_bytes(_twostage_L(1024, "numba", rng, "stable")) / peak_bytes(_twostage_L(256, "numba", rng, "stable"))
     assert ratio < 6, ratio
+
+
+@pytest.mark.parametrize("backend", ["numba", "numpy"])
+def test_library_refuses_overflowing_outputs(backend, rng):
+    """Finite inputs whose result overflows float64 raise InputError naming the output (never a quiet inf/NaN)."""
+    from ntpref.errors import InputError
+    from ntpref.shallow.model import forward, loss_and_grad, paired_init
+    from ntpref.shallow.rnn import rnn_forward, rnn_loss_and_grad, rnn_paired_init
+
+    X = np.abs(rng.standard_normal((3, 4, 2))) + 0.1          # positive tokens: sigma saturates at +1 below
+    c, U, W = paired_init(4, 2, seed=0)
+    y = np.array([1e300, -1e300, 1e300])
+    huge = np.full(4, 1e308)                                   # f = 4e308 / 2 overflows
+    with pytest.raises(InputError, match="output 'loss'"):
+        loss_and_grad(X, y, c, U, W, backend=backend)
+    with pytest.raises(InputError, match="output 'f'"):
+        forward(X, huge, np.full_like(U, 100.0), W, backend=backend)
+    c, u, W_in = rnn_paired_init(4, 2, seed=0)
+    with pytest.raises(InputError, match="output 'loss'"):
+        rnn_loss_and_grad(X, y, c, u, W_in, backend=backend)
+    with pytest.raises(InputError, match="output 'f'"):
+        rnn_forward(X, huge, u, np.full_like(W_in, 100.0), backend=backend)

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 
-from ..checks import as_scalar, check_backend
+from ..checks import as_scalar, check_backend, require_finite
 from ..errors import InputError, NtprefError
 from ..progress import silent
 
@@ -44,11 +44,7 @@ def _finite_outputs(compute: Callable[[], dict]) -> dict[str, np.ndarray]:
             out = compute()
     except FloatingPointError as exc:
         raise InputError(f"floating-point error ({exc}): the inputs are too large to compute in float64") from None
-    for name, value in out.items():
-        a = np.asarray(value)
-        if a.dtype.kind in "fc" and not np.isfinite(a).all():
-            raise InputError(f"output '{name}': {int(np.size(a) - np.isfinite(a).sum())} non-finite value(s) "
-                             "(overflow: the inputs are too large to compute in float64)")
+    require_finite(**out)
     return out
 
 

@@ -21,7 +21,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..checks import as_float, as_scalar, check_backend
+from ..checks import as_float, as_scalar, check_backend, require_finite
 from ..errors import InputError
 from . import kernels
 from .activation import activation_code, dsigma_np, sigma_np
@@ -116,10 +116,13 @@ def forward(X, c, U, W, *, tau_att=1.0, mask_last_key=False, activation="tanh", 
     inp = _inputs(X, U, W, c, tau_att=tau_att, mask_last_key=mask_last_key, activation=activation,
                   backend=backend)
     if backend == "numpy":
-        return _output_np(inp.c, _states_np(inp)[1], activation)
-    f = np.empty(inp.X.shape[0])
-    kernels.forward_kernel(inp.X, inp.c, *_heads_last(inp), 1.0 / inp.tau_att, inp.n_keys,
-                           activation_code(activation), f)
+        with np.errstate(over="ignore", invalid="ignore"):  # an overflow is refused by require_finite below
+            f = _output_np(inp.c, _states_np(inp)[1], activation)
+    else:
+        f = np.empty(inp.X.shape[0])
+        kernels.forward_kernel(inp.X, inp.c, *_heads_last(inp), 1.0 / inp.tau_att, inp.n_keys,
+                               activation_code(activation), f)
+    require_finite(f=f)
     return f
 
 
@@ -149,7 +152,9 @@ def loss_and_grad(X, y, c, U, W, *, kappa=2.0, tau_att=1.0, mask_last_key=False,
         kernels.loss_grad_kernel(inp.X, inp.y, inp.c, *_heads_last(inp), 1.0 / inp.tau_att, inp.n_keys,
                                  activation_code(activation), kappa / n, f, grad_c, grad_U, grad_W)
         grad_U, grad_W = np.ascontiguousarray(grad_U.T), np.ascontiguousarray(grad_W.transpose(2, 0, 1))
-    return f, loss_from_outputs(f, inp.y, kappa), grad_c, grad_U, grad_W
+    loss = loss_from_outputs(f, inp.y, kappa)
+    require_finite(f=f, loss=loss, grad_c=grad_c, grad_U=grad_U, grad_W=grad_W)
+    return f, loss, grad_c, grad_U, grad_W
 
 
 def head_states(X, U, W, *, tau_att=1.0, mask_last_key=False, backend="numba"):

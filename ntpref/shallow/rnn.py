@@ -39,7 +39,7 @@ import numpy as np
 from numba import njit, prange
 
 from .. import vmath
-from ..checks import as_float, as_scalar, check_backend
+from ..checks import as_float, as_scalar, check_backend, require_finite
 from ..errors import InputError
 from .activation import activation_code, dsigma, dsigma_np, sigma, sigma_np
 from .model import check_kappa, check_X, loss_from_outputs
@@ -78,9 +78,12 @@ def rnn_forward(X, c, u, W_in, *, activation="tanh", backend="numba") -> np.ndar
     """
     X, c, u, W_in, code = _check_params(X, c, u, W_in, activation, backend)
     if backend == "numpy":
-        return _readout_np(c, _hidden_np(X, u, W_in, activation)[-1])
-    f = np.empty(X.shape[0])
-    _forward_kernel(X, c, u, np.ascontiguousarray(W_in.T), code, f)
+        with np.errstate(over="ignore", invalid="ignore"):  # an overflow is refused by require_finite below
+            f = _readout_np(c, _hidden_np(X, u, W_in, activation)[-1])
+    else:
+        f = np.empty(X.shape[0])
+        _forward_kernel(X, c, u, np.ascontiguousarray(W_in.T), code, f)
+    require_finite(f=f)
     return f
 
 
@@ -101,7 +104,9 @@ def rnn_loss_and_grad(X, y, c, u, W_in, *, kappa=2.0, activation="tanh", backend
         f, grad_c, grad_u, grad_WT = np.empty(n), np.empty(m), np.empty(m), np.empty((d, m))
         _loss_grad_kernel(X, y, c, u, np.ascontiguousarray(W_in.T), code, kappa, f, grad_c, grad_u, grad_WT)
         grad_W_in = np.ascontiguousarray(grad_WT.T)
-    return f, loss_from_outputs(f, y, kappa), grad_c, grad_u, grad_W_in
+    loss = loss_from_outputs(f, y, kappa)
+    require_finite(f=f, loss=loss, grad_c=grad_c, grad_u=grad_u, grad_W_in=grad_W_in)
+    return f, loss, grad_c, grad_u, grad_W_in
 
 
 def rnn_paired_init(m, d, seed):

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..checks import as_float, as_scalar
-from ..errors import InputError
+from ..errors import InputError, NonFiniteError
 from ..progress import silent
 from . import model as transformer
 from . import rnn
@@ -138,18 +138,21 @@ def proj_gd(model: str, X, y, params: Sequence[np.ndarray], *, eta, steps, rho=N
     val_loss = None if X_val is None else np.empty(steps)
     norms = np.empty((len(spec.blocks), steps))
     for t in range(steps):
-        with np.errstate(over="ignore", invalid="ignore"):  # divergence is reported just below
-            if rng is None:
-                _, train_loss[t], *grads = spec.loss_and_grad(X, y, *theta, kappa=kappa, backend=backend,
-                                                              **options)
-            else:
-                idx = rng.integers(0, n, size=batch)
-                _, _, *grads = spec.loss_and_grad(X[idx], y[idx], *theta, kappa=kappa, backend=backend,
-                                                  **options)
-                train_loss[t] = loss_at(X, y, theta)
-            for b, g in enumerate(grads):
-                norms[b, t] = math.sqrt(np.sum(g * g))
-            theta = project([p - eta * g for p, g in zip(theta, grads)], centre, radii)
+        try:
+            with np.errstate(over="ignore", invalid="ignore"):  # divergence is reported just below
+                if rng is None:
+                    _, train_loss[t], *grads = spec.loss_and_grad(X, y, *theta, kappa=kappa, backend=backend,
+                                                                  **options)
+                else:
+                    idx = rng.integers(0, n, size=batch)
+                    _, _, *grads = spec.loss_and_grad(X[idx], y[idx], *theta, kappa=kappa, backend=backend,
+                                                      **options)
+                    train_loss[t] = loss_at(X, y, theta)
+                for b, g in enumerate(grads):
+                    norms[b, t] = math.sqrt(np.sum(g * g))
+                theta = project([p - eta * g for p, g in zip(theta, grads)], centre, radii)
+        except NonFiniteError:
+            train_loss[t] = math.inf
         if not (np.isfinite(train_loss[t]) and all(np.isfinite(p).all() for p in theta)):
             raise InputError(f"training diverged at step {t}: non-finite loss or parameters "
                              f"(eta = {eta} too large?)")
