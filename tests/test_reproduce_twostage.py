@@ -10,8 +10,8 @@ import math
 import numpy as np
 import pytest
 
-from ntpref.errors import InputError
 from ntpref.reproduce import figure2, generalization, run_target
+from ntpref.reproduce.common import time_grid
 
 K20 = {"K": 20, "N": 200, "T0": 1000}
 
@@ -23,21 +23,10 @@ def fig2_cell():
     return figure2.cell(seed=0, T=12000, **K20)
 
 
-def test_time_grid():
-    g = figure2.time_grid(10000)
-    assert g[0] == 0 and g[-1] == 10000 and np.all(np.diff(g) > 0)
-    assert set(range(0, 10001, 10)) <= set(g.tolist())                   # every 10th step
-    assert {1, 2, 3} <= set(g.tolist()) and g.size < 1300                # log-spaced start, subsampled
-    np.testing.assert_array_equal(figure2.time_grid(5), np.arange(6))    # short runs: every step
-    np.testing.assert_array_equal(figure2.time_grid(0), [0])
-    with pytest.raises(InputError):
-        figure2.time_grid(-1)
-
-
 def test_geometric_fit_on_a_synthetic_gap():
     """A gap that falls fast until t = 4000 and exactly as C r^t afterwards: the window is the geometric
     tail (within one stretch of t = 4000) and the fit recovers r and C exactly (R² = 1)."""
-    t = figure2.time_grid(10000)
+    t = time_grid(10000)
     r, C = 0.999, 2.0
     excess = np.where(t >= 4000, C * r ** t, C * r ** 4000 * 0.99 ** (t - 4000.0))
     window = figure2.fit_window(t, excess, L_star=1e-3)
@@ -148,14 +137,3 @@ def test_pipeline_resume_and_summarize_from_directory(name, tmp_path, monkeypatc
     resumed = run_target(name, "tiny", tmp_path)
     assert [c["seed"] for c in calls] == [1]
     np.testing.assert_equal(resumed.numbers, first.numbers)    # cells are deterministic
-
-
-def test_select_configuration_prefers_the_largest():
-    quick = [({"seed": s, "K": 20, "T": 10}, {"x": s}) for s in (1, 0)]
-    full = [({"seed": 0, "K": 20, "T": 100}, {"x": 9})]
-    config, per_seed, others = figure2.select_configuration(quick + full)
-    assert config == {"K": 20, "T": 100} and per_seed == [(0, {"x": 9})] and others == [{"K": 20, "T": 10}]
-    config, per_seed, others = figure2.select_configuration(quick)
-    assert [s for s, _ in per_seed] == [0, 1] and others == []
-    with pytest.raises(InputError):
-        figure2.select_configuration([])

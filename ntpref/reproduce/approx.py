@@ -1,8 +1,9 @@
 """Approximation error and linearisation error vs the width m (spec/shallow.md §5, the authors' two
 other width experiments; both are expected to decay like m^{−1/2}).
 
-Data: the teacher–student data set of :mod:`ntpref.reproduce.width` (same seeds, teacher and student
-initialisation θ0 = paired_init(m, 8, seed + INIT_SEED_OFFSET)); all n inputs (training and validation).
+Data: the teacher–student data set of :mod:`ntpref.reproduce.width` (:func:`ntpref.reproduce.common.teacher_data`:
+same seeds and teacher; student initialisation θ0 = paired_init(m, 8, seed + INIT_SEED_OFFSET)); all n inputs
+(training and validation).
 
 Approximation error: the student's initial heads are moved by the teacher's transport map,
 θ̄ = :func:`ntpref.shallow.ntk.transport` (θ0, v(θ0)) with v = :func:`ntpref.shallow.ntk.transport_map`
@@ -13,10 +14,10 @@ Linearisation error: the worst-case Δ on the boundary of Ω_ρ (ρ = 3, :func:`
 ΔU_i, ΔW_i along the gradient of Σ_j σ(s_i(X_j)), Δc_i = +ρ/√m); mean_j |f(X_j; θ0 + Δ) − f_lin(X_j; θ0 + Δ)|
 (f(θ0) = 0 exactly for the paired initialisation).
 
-Teacher reuse: as in :mod:`ntpref.reproduce.width` (per-process cache; a cell costs little besides the
-teacher). Run time (CPU seconds on the shared 2-core machine): the full teacher (n = 5000, K = 8192)
-about 27 CPU-s per seed, the errors of all six widths a few CPU-s more; full size (10 seeds) ≈ 5 CPU-minutes
-(at most ×2 with 2 workers, each building a seed's teacher once). Quick: see :data:`SIZES`.
+Teacher reuse: per-process cache as in :mod:`ntpref.reproduce.width` (a cell costs little besides the
+teacher). Run time on the 2-core machine (--workers 2, 1 Numba thread each): quick 11 s wall (18 CPU-s);
+full: the teacher (n = 5000, K = 8192) costs 14 CPU-s per seed, each worker builds the seeds it meets,
+the errors ≈ 5x the quick ones, ≈ 3-5 CPU-minutes in all, ≈ 2-3 minutes of wall time (estimated, not run).
 """
 from __future__ import annotations
 
@@ -27,15 +28,14 @@ import numpy as np
 from ..shallow.model import forward, paired_init
 from ..shallow.ntk import jvp, linearized_f, transport, transport_map, worst_case_delta
 from . import Summary
-from .common import pyplot, save_figure
-from .width import (D, INIT_SEED_OFFSET, NU, RHO, by_axis, loglog_panel, select_config, stats, teacher_data,
-                    width_table)
+from .common import (D, INIT_SEED_OFFSET, NU, RHO, axis_table, by_axis, loglog_panel, pyplot, save_figure,
+                     select_config, stats, teacher_data)
 
 DESCRIPTION = "approximation error and linearisation error vs width m (log-log, slopes ≈ -1/2)"
 
 SIZES = {
     # quick: n = 1000 inputs, a K = 2048-head teacher (its Monte-Carlo error stays below the students'
-    # up to m = 256), the paper's 10 seeds. Measured 35 CPU-s (48 s wall, loaded machine).
+    # up to m = 256), the paper's 10 seeds. Measured 11 s wall (module docstring).
     "quick": dict(seeds=tuple(range(1, 11)), widths=(8, 16, 32, 64, 128, 256), n=1000, K=2048, T=16),
     # full: the paper's setting (spec §5).
     "full": dict(seeds=tuple(range(1, 11)), widths=(8, 16, 32, 64, 128, 256), n=5000, K=8192, T=16),
@@ -78,7 +78,7 @@ def summarize(results, outdir) -> Summary:
         ax.set_ylabel(ylabel)
         ax.set_title(f"{title} vs m", fontsize=10)
         ax.legend(fontsize=8)
-        lines += ["", title, width_table(m, groups, mean, ci, yname=title)]
+        lines += ["", title, axis_table(m, groups, mean, ci, yname=title)]
         if slope is not None:
             lines.append(f"fitted log-log slope: {slope:+.3f}   (paper: about -1/2)")
             numbers[f"{key}_slope"] = slope

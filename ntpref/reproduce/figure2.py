@@ -3,13 +3,15 @@
 One cell = one seed: a random realizable dataset (``random_realizable(K, N, seed=seed)``, lengths 2..6,
 E = I, d = K) trained by Algorithm 1 (``two_stage``: zero init, η0 = 0.2/√d, η = 0.05/√d, stable
 direction) for T0 stage-1 and T stage-2 updates. The cell stores the per-step metrics on a subsampled time
-grid (:func:`time_grid`, always containing 0 and the last step):
+grid (:func:`ntpref.reproduce.common.time_grid`: about 1000 evenly and 200 log-spaced steps, always containing 0 and the last step):
 
   t1 [n1]                            stage-1 steps; loss0 (L0), corr_ov ρ(W_ov, W_ov*), norm_ov ‖W_ov‖_F
   t2 [n2]                            stage-2 steps; loss (L, Eq. 1), corr_kq ρ(W_kq, W_kq*), norm_kq ‖W_kq‖_F,
                                      excess L − L*, accuracy, attn_opt (attention mass on x*)
   L_star, eta0, eta                  0-d: the floor L* and the step sizes
   stop1, stop2                       0-d str: why each stage ended ("max_steps" | "zero_gradient")
+
+Run time (2-core machine, --workers 2): quick (3 seeds) 6 s wall, full (10 seeds) 8.5 s wall.
 
 The summary has the six-panel figure (mean and 95% CI band over seeds, with the spec's closed forms
 L0(t) = log(1 + (K−1) exp(−η0 t/√(K−1))), ‖W_ov‖ = η0 t and the bound ‖W_kq‖ ≤ η t as dashed lines), the
@@ -35,7 +37,7 @@ from ..errors import InputError
 from ..twostage.data import random_realizable
 from ..twostage.train import two_stage
 from . import Summary
-from .common import geometric_rate, mean_ci, pyplot, save_figure
+from .common import band, geometric_rate, mean_row, per_seed_config, pyplot, save_figure, seed_cells, time_grid
 
 DESCRIPTION = "two-stage Figure 2: six panels (L0, rho, norms; L, L*, rho, norms) + geometric rate of L - L*"
 SIZES = {
@@ -43,31 +45,13 @@ SIZES = {
     "full": {"seeds": 10, "K": 20, "N": 200, "T0": 1000, "T": 10000},
 }
 EXCESS_RESOLUTION = 1e4 * np.finfo(np.float64).eps   # L − L* below this · L* is rounding, not signal
-GRID_UNIFORM = 1000      # about this many evenly spaced steps in the stored time grid
-GRID_LOG = 200           # plus this many log-spaced ones (resolves the first steps)
 LOCAL_STRETCHES = 40     # the local decay rate of L − L* is measured over this many stretches of stage 2
 WINDOW_TOL = 0.1         # fit window: the tail where the local rate is within 10% of its final value
 # stored name -> key of TwoStageResult.stage1 / .stage2
 STAGE1 = {"loss0": "loss", "corr_ov": "corr", "norm_ov": "norm"}
 STAGE2 = {"loss": "loss", "corr_kq": "corr", "norm_kq": "norm", "excess": "excess", "accuracy": "accuracy",
           "attn_opt": "attn_opt"}
-
-
-def time_grid(T: int, uniform: int = GRID_UNIFORM, log: int = GRID_LOG) -> np.ndarray:
-    """[n] int64 sorted steps in 0..T: every ⌈T/uniform⌉-th step, ``log`` log-spaced steps in 1..T, 0 and T."""
-    T = int(T)
-    if T < 0:
-        raise InputError(f"time_grid: T must be >= 0, got {T}")
-    stride = max(1, math.ceil(T / max(uniform, 1)))
-    parts = [np.arange(0, T + 1, stride), [0, T]]
-    if T >= 1:
-        parts.append(np.round(np.geomspace(1, T, log)))
-    return np.unique(np.concatenate(parts).astype(np.int64))
-
-
-def cells(seeds: int, **config) -> list[dict]:
-    """One cell per seed 0..seeds−1, each with the rest of the configuration (``config``: K, N, T0, T, ...)."""
-    return [{"seed": s, **config} for s in range(int(seeds))]
+cells = seed_cells   # one cell per seed 0..seeds−1 with the rest of the configuration (K, N, T0, T)
 
 
 def cell(seed: int, K: int, N: int, T0: int, T: int) -> dict[str, np.ndarray]:
@@ -85,23 +69,6 @@ def cell(seed: int, K: int, N: int, T0: int, T: int) -> dict[str, np.ndarray]:
 
 
 # ---- analysis -----------------------------------------------------------------------------------
-
-def select_configuration(results: list, seed_key: str = "seed") -> tuple[dict, list, list]:
-    """(configuration, [(seed, arrays)] sorted by seed, other configurations) of the results directory.
-
-    Cells whose parameters differ in anything but the seed belong to different configurations (e.g. a quick
-    and a full run into the same directory); the largest configuration (by its parameter values, so a full
-    run wins over a quick one) is summarized and the others are returned so the summary can name them."""
-    groups: dict[tuple, list] = {}
-    for params, arrays in results:
-        config = tuple(sorted((k, v) for k, v in params.items() if k != seed_key))
-        groups.setdefault(config, []).append((params[seed_key], arrays))
-    if not groups:
-        raise InputError("no finished cells to summarize")
-    chosen = max(groups, key=lambda c: [v for _, v in c])
-    others = [dict(c) for c in groups if c != chosen]
-    return dict(chosen), sorted(groups[chosen], key=lambda sa: sa[0]), others
-
 
 def local_decay(t: np.ndarray, excess: np.ndarray, points: int = LOCAL_STRETCHES):
     """(start, end, rate): index pairs of ``points`` evenly spaced stretches of the grid t (only stretches
@@ -145,14 +112,6 @@ def excess_fit(t: np.ndarray, excess: np.ndarray, window: np.ndarray) -> dict[st
 
 def _stack(per_seed: list, name: str) -> np.ndarray:
     return np.stack([arrays[name] for _, arrays in per_seed])
-
-
-def band(ax, t, values, label, color, log=False):
-    """Mean over seeds (rows of ``values``) with its 95% CI band; ``log``: geometric mean (CI of log)."""
-    mean, half = mean_ci(np.log(values) if log else values)
-    lo, mid, hi = (np.exp(mean - half), np.exp(mean), np.exp(mean + half)) if log else (mean - half, mean, mean + half)
-    ax.plot(t, mid, color=color, lw=1.6, label=label)
-    ax.fill_between(t, lo, hi, color=color, alpha=0.25, lw=0)
 
 
 def _six_panels(plt, per_seed, config, outdir: Path) -> Path:
@@ -226,23 +185,10 @@ def _gap_figure(plt, per_seed, mean_fit, outdir: Path) -> Path:
     return save_figure(fig, outdir / "gap.png")
 
 
-def mean_row(label, columns) -> list:
-    """A table row: ``label``, then "mean ± half-width of the 95% CI" of each per-seed column ("-" if empty)."""
-    row = [label]
-    for col in columns:
-        if len(col) == 0:
-            row.append("-")
-            continue
-        m, h = mean_ci(np.asarray(col, dtype=np.float64))
-        row.append(f"{float(m):.6g} ± {float(h):.2g}")
-    return row
-
-
 def summarize(results: list, outdir) -> Summary:
     """Six-panel figure, L − L* figure with the fitted geometric rate and the per-seed table, from the cells."""
     outdir = Path(outdir)
-    outdir.mkdir(parents=True, exist_ok=True)
-    config, per_seed, others = select_configuration(results)
+    config, per_seed, note = per_seed_config(results)
     if len({a["t2"].size for _, a in per_seed}) != 1:
         raise InputError("figure2 summary: the cells of one configuration have different time grids")
     t2 = per_seed[0][1]["t2"]
@@ -273,8 +219,8 @@ def summarize(results: list, outdir) -> Summary:
         f"i.e. the gap shrinks by 10x every {math.log(10) / -math.log(mean_fit['rate']):.0f} steps"
         if 0 < mean_fit["rate"] < 1 else "L - L*: no geometric decrease in the fit window",
     ]
-    if others:
-        header.append(f"(ignored other configurations in the directory: {others})")
+    if note:
+        header.append(f"({note})")
     table = "\n".join(header) + "\n" + tabulate(rows, headers=["seed", *cols], disable_numparse=True)
     plt = pyplot()
     figures = [_six_panels(plt, per_seed, config, outdir), _gap_figure(plt, per_seed, mean_fit, outdir)]
