@@ -1,12 +1,13 @@
 """Shared helpers of the reproduction targets (ntpref.reproduce.common): time grid, configuration
-selection, grouping by an axis and the 95% CI; the worker thread split of ntpref.reproduce.worker_threads."""
+selection, grouping by an axis and the 95% CI; the worker thread split of ntpref.sweep.worker_threads."""
 import os
 
 import numpy as np
 import pytest
 
 from ntpref.errors import InputError
-from ntpref.reproduce import common, worker_threads
+from ntpref.reproduce import common
+from ntpref.sweep import worker_threads
 
 
 def test_time_grid():

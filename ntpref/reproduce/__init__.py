@@ -9,14 +9,13 @@ A *target* is a module in this package with
   summarize(results, outdir) -> Summary builds the table and the PNG figures from the results directory
 
 Results go to ``OUT/TARGET/SIZE/cells/`` (one file per cell; a rerun resumes), the figures and
-``summary.txt`` to ``OUT/TARGET/SIZE/`` (SIZE = quick | full). Summaries are built from the directory alone (``--summarize-only`` rebuilds them).
+``summary.txt`` to ``OUT/TARGET/SIZE/`` (SIZE = quick | full). Summaries are built from the directory
+alone (``--summarize-only`` rebuilds them).
 """
 from __future__ import annotations
 
 import importlib
-import os
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -49,26 +48,6 @@ def target_module(name: str):
     return importlib.import_module(f"{__name__}.{TARGETS[name]}")
 
 
-@contextmanager
-def worker_threads(processes: int):
-    """Give each of ``processes`` local worker processes its share of the cores as Numba threads.
-
-    Numba's OpenMP threads spin while they wait, so more threads than free cores is very slow: on the
-    2-core machine ``reproduce width --quick --workers 2`` took 251 s with 2 threads per worker and 59 s
-    with 1 (same results), and on a busy machine a 2-thread shallow ProjGD step at m = 8, n = 800 was
-    10x slower than a 1-thread one (0.031 vs 0.0031 s). The worker processes are spawned, so they read NUMBA_NUM_THREADS from the environment set
-    here (restored afterwards); a value the user set is left alone. Results do not depend on the thread
-    count (the kernels are bitwise deterministic)."""
-    if processes <= 1 or "NUMBA_NUM_THREADS" in os.environ:
-        yield
-        return
-    os.environ["NUMBA_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // processes))
-    try:
-        yield
-    finally:
-        del os.environ["NUMBA_NUM_THREADS"]
-
-
 def run_target(name: str, size: str = "quick", out: str | Path = "results", *, workers: int = 1,
                scheduler: str | None = None, dask_local: int | None = None, summarize_only: bool = False,
                progress=None) -> Summary:
@@ -81,9 +60,8 @@ def run_target(name: str, size: str = "quick", out: str | Path = "results", *, w
     outdir = Path(out) / name / size
     celldir = outdir / "cells"
     if not summarize_only:
-        with worker_threads(0 if scheduler else (dask_local or workers)):
-            run_sweep(mod.cell, mod.cells(**mod.SIZES[size]), celldir, workers=workers, scheduler=scheduler,
-                      dask_local=dask_local, progress=progress, label=f"reproduce {name} ({size})")
+        run_sweep(mod.cell, mod.cells(**mod.SIZES[size]), celldir, workers=workers, scheduler=scheduler,
+                  dask_local=dask_local, progress=progress, label=f"reproduce {name} ({size})")
     results = load_results(celldir)
     if not results:
         raise InputError(f"{celldir}: no finished cells to summarize")

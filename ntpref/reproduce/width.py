@@ -17,7 +17,7 @@ Teacher reuse. Every width of a seed trains on the same data set, built once per
 costs about 27 CPU-s, ~2% of the full sweep).
 
 Run time, measured on this project's 2-core machine (shared with other jobs, load ≈ 2) with --workers 2
-and 1 Numba thread per worker (:func:`ntpref.reproduce.worker_threads`):
+and 1 Numba thread per worker (:func:`ntpref.sweep.worker_threads`):
   quick (:data:`SIZES`): 111 s wall, 157 CPU-s.
   one ProjGD step on 4000 samples, T = 16: ≈ 10 + 0.58·m ms CPU (12 ms at m = 8, 35 at m = 64, 158 at
   m = 256); on 800 samples about a fifth of that.
