@@ -171,6 +171,16 @@ def test_flipped_byte_in_zip_structure_names_the_file(runs, capsys, where):
     assert f"{EVAL_CASE}/expected.npz" in out and f"FAILED: {EVAL_CASE}" in out
 
 
+@pytest.mark.parametrize("keep", [0.5, 0.99])
+def test_truncated_expected_file_names_the_file(runs, capsys, keep):
+    path = runs / EVAL_CASE / "expected.npz"
+    raw = path.read_bytes()
+    path.write_bytes(raw[: int(len(raw) * keep)])
+    assert main(["verify", EVAL_CASE]) == 1
+    out = capsys.readouterr().out
+    assert f"{EVAL_CASE}/expected.npz" in out and f"FAILED: {EVAL_CASE}" in out
+
+
 def test_every_flipped_byte_of_an_expected_file_is_detected(runs):
     """Exhaustive over the smallest expected file: each position, one bit flipped, must be reported;
     positions inside the array's npy member must name the array."""
