@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from collections.abc import Callable
@@ -49,18 +48,18 @@ from pathlib import Path
 import numpy as np
 from tabulate import tabulate
 
-from ntpref.oracle.compare import compare_arrays
+from ntpref.oracle.compare import FRAMEWORK_FLOAT64, compare_arrays
 from ntpref.oracle.npzio import load_npz
+from ntpref.oracle.reference import default_root
 
 #: Number of training steps restated by the frameworks (spec/interchange.md, "Tolerances").
 STEPS = 50
 #: Default location of the stored reference cases (as for ``ntpref verify``: $NTPREF_REFERENCE_RUNS, else
 #: the repository's reference_runs/).
-DEFAULT_ROOT = Path(os.environ.get("NTPREF_REFERENCE_RUNS") or Path(__file__).resolve().parents[1] / "reference_runs")
+DEFAULT_ROOT = default_root()
 
 #: Tolerances (spec/interchange.md, "Tolerances (defaults, float64)").
-TOL_EVAL64 = dict(rtol=1e-10, atol=0.0, atol_max_scale=1e-12,
-                  reason="another framework in float64, one evaluation")
+TOL_EVAL64 = FRAMEWORK_FLOAT64
 TOL_TRAJ64 = dict(rtol=1e-9, atol=0.0, atol_max_scale=1e-12,
                   reason="another framework in float64, first 50 steps of a trajectory")
 TOL_32 = dict(rtol=1e-4, atol=0.0, atol_max_scale=1e-4,

@@ -46,8 +46,10 @@ def load_npz(path: str | os.PathLike) -> dict[str, np.ndarray]:
                 raise InputError(f"{path}: member '{bad}' is corrupted (CRC mismatch)")
     except zipfile.BadZipFile as exc:
         raise InputError(f"{path}: not an npz file ({exc})") from None
-    except (OSError, EOFError, RuntimeError, NotImplementedError) as exc:  # e.g. "File is encrypted"
-        raise InputError(f"{path}: unreadable ({exc})") from None
+    except InputError:
+        raise
+    except Exception as exc:  # zipfile raises OSError, EOFError, RuntimeError ("File is encrypted"), ...
+        raise InputError(f"{path}: unreadable ({type(exc).__name__}: {exc})") from None
     out: dict[str, np.ndarray] = {}
     try:
         with np.load(path, allow_pickle=False) as data:

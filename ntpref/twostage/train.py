@@ -165,8 +165,7 @@ def two_stage(ds: Dataset, *, eta0: float | None = None, eta: float | None = Non
     progress     callable progress(label, done, total), labels "stage 1" and "stage 2"
     """
     check_backend(backend)
-    if not isinstance(ds, Dataset):
-        raise InputError(f"two_stage: expected a ntpref.twostage.data.Dataset, got {type(ds).__name__}")
+    model._check_dataset(ds)
     if direction not in DIRECTIONS:
         raise InputError(f"option 'direction' must be one of {', '.join(DIRECTIONS)}, got {direction!r}")
     if init not in ("zeros", "gaussian"):
