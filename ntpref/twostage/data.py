@@ -20,6 +20,25 @@ from ..checks import as_float, as_int, as_scalar
 from ..errors import InfeasibleError, InputError
 
 
+def collocation_set(succ: np.ndarray, C=None) -> np.ndarray:
+    """The collocation set C as int64 token ids: ``C`` validated (distinct ids in 0..K-1, each with a
+    successor, not empty), or by default every x with succ[x] >= 0. succ [K] int64, already validated."""
+    K = succ.shape[0]
+    if C is None:
+        C = np.flatnonzero(succ >= 0)
+        if C.size == 0:
+            raise InputError("array 'succ': no token has a successor, the collocation set C is empty")
+        return C
+    C = as_int("C", C, (None,), low=0, high=K - 1)
+    if C.size == 0:
+        raise InputError("array 'C': the collocation set is empty")
+    if np.unique(C).size != C.size:
+        raise InputError("array 'C': tokens must be distinct")
+    bad = C[succ[C] < 0]
+    if bad.size:
+        raise InputError(f"array 'C': token {int(bad[0])} has no successor (succ[{int(bad[0])}] = -1)")
+    return C
+
 @dataclass(frozen=True, eq=False)
 class Dataset:
     """Validated, immutable sentence data.

@@ -30,7 +30,7 @@ import numpy as np
 from ..checks import as_float, as_int, as_scalar, check_backend
 from ..errors import InputError
 from . import kernels
-from .data import Dataset
+from .data import Dataset, collocation_set
 
 METHODS = ("stable", "naive")
 PARALLEL_MIN_WORK = 1 << 20
@@ -110,19 +110,7 @@ def _prepared_collocation(E, succ, C=None, weights=None) -> Prepared:
     E = as_float("E", E, (None, None))
     K = E.shape[1]
     succ = as_int("succ", succ, (K,), low=-1, high=K - 1)
-    if C is None:
-        C = np.flatnonzero(succ >= 0)
-        if C.size == 0:
-            raise InputError("array 'succ': no token has a successor, the collocation set C is empty")
-    else:
-        C = as_int("C", C, (None,), low=0, high=K - 1)
-        if C.size == 0:
-            raise InputError("array 'C': the collocation set is empty")
-        if np.unique(C).size != C.size:
-            raise InputError("array 'C': repeated token ids")
-        bad = C[succ[C] < 0]
-        if bad.size:
-            raise InputError(f"array 'C': token {bad[0]} has no successor (succ[{bad[0]}] = -1)")
+    C = collocation_set(succ, C)
     if weights is None:
         w = np.full(C.size, 1.0 / C.size)
     else:

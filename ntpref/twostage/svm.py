@@ -25,7 +25,7 @@ from numba import njit
 
 from ..checks import as_float, as_int
 from ..errors import InfeasibleError, InputError, NtprefError
-from .data import Dataset, check_realizable, observed_relations
+from .data import Dataset, check_realizable, collocation_set, observed_relations
 
 MARGIN_TOL = 1e-9      # every margin >= 1 - MARGIN_TOL
 GAP_TOL = 1e-10        # |duality gap| <= max(GAP_TOL, GAP_ROUNDING * ‖w‖²)
@@ -395,15 +395,7 @@ def W_ov_star(E, succ, C=None, *, method: str = "auto") -> tuple[np.ndarray, Cer
     E = as_float("E", E, (None, None))
     K = E.shape[1]
     succ = as_int("succ", succ, (K,), low=-1, high=K - 1)
-    if C is None:
-        C = np.flatnonzero(succ >= 0)
-    else:
-        C = as_int("C", C, (None,), low=0, high=K - 1)
-        if np.unique(C).size != C.size:
-            raise InputError("array 'C': tokens must be distinct")
-        bad = C[succ[C] < 0]
-        if bad.size:
-            raise InputError(f"array 'C': token {int(bad[0])} has no successor (succ[{int(bad[0])}] = -1)")
+    C = collocation_set(succ, C)
     X = np.repeat(C, K)
     Vall = np.tile(np.arange(K), C.size)
     keep = Vall != succ[X]
