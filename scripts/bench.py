@@ -27,6 +27,14 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from ntpref import bench  # noqa: E402
 
 
+def _twostage_input(inputs: dict):
+    """The crosscheck restatements' two-stage input record from a benchmark case's arrays."""
+    import crosscheck_common as common
+    return common.TwoStageInput(tokens=inputs["tokens"], mask=inputs["mask"], query=inputs["query"],
+                                targets=inputs["targets"], E=inputs["E"], succ=None,
+                                W_ov=inputs["W_ov"], W_kq=inputs["W_kq"])
+
+
 def torch_implementations() -> list[bench.Implementation]:
     try:
         import torch
@@ -38,10 +46,7 @@ def torch_implementations() -> list[bench.Implementation]:
     def setup(dtype):
         def make(case: bench.Case, inputs: dict):
             if case.model == "twostage":
-                inp = common.TwoStageInput(tokens=inputs["tokens"], mask=inputs["mask"], query=inputs["query"],
-                                           targets=inputs["targets"], E=inputs["E"], succ=None,
-                                           W_ov=inputs["W_ov"], W_kq=inputs["W_kq"])
-                data = ct.TwoStage(inp, dtype)
+                data = ct.TwoStage(_twostage_input(inputs), dtype)
                 W = [torch.tensor(inputs[k], dtype=dtype, requires_grad=True) for k in ("W_ov", "W_kq")]
 
                 def step():
@@ -66,7 +71,6 @@ def torch_implementations() -> list[bench.Implementation]:
 def jax_implementations() -> list[bench.Implementation]:
     try:
         import jax
-        import crosscheck_common as common
         import crosscheck_jax as cj          # enables jax_enable_x64
         import jax.numpy as jnp
     except ImportError:
@@ -76,10 +80,7 @@ def jax_implementations() -> list[bench.Implementation]:
 
     def make(case: bench.Case, inputs: dict):
         if case.model == "twostage":
-            inp = common.TwoStageInput(tokens=inputs["tokens"], mask=inputs["mask"], query=inputs["query"],
-                                       targets=inputs["targets"], E=inputs["E"], succ=None,
-                                       W_ov=inputs["W_ov"], W_kq=inputs["W_kq"])
-            data = cj.twostage_data(inp, jnp.float64)
+            data = cj.twostage_data(_twostage_input(inputs), jnp.float64)
             W_ov, W_kq = jnp.asarray(inputs["W_ov"]), jnp.asarray(inputs["W_kq"])
             return lambda: jax.block_until_ready(twostage_grad(W_ov, W_kq, data))
         opts = dict((("model", case.model), ("kappa", 2.0), ("tau_att", 1.0), ("mask_last_key", False),
