@@ -6,6 +6,10 @@ twostage  two-stage normalized GD for next-token prediction (one-layer transform
 shallow   projected GD for a shallow multi-head transformer (kernel regime) and the IndRNN baseline
 oracle    interchange files, reference runs, comparison and gradient checking
 """
+from .numba_target import use_full_vector_width
+
+use_full_vector_width()  # before any ntpref module imports Numba (see ntpref.numba_target)
+
 from .errors import InfeasibleError, InputError, NtprefError
 
 __version__ = "0.1.0"
