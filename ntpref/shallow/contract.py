@@ -40,7 +40,7 @@ def _parse(model: str, arrays: Mapping[str, np.ndarray], required=(), optional=(
 def evaluate(model: str, arrays: Mapping[str, np.ndarray], backend: str = "numba") -> dict[str, np.ndarray]:
     """``ntpref eval``: f, loss and the gradient of every block."""
     spec, X, y, params, kappa, options = _parse(model, arrays)
-    f, loss, *grads = spec.loss_and_grad(X, y, *params, kappa=kappa, backend=backend, **options)
+    f, loss, *grads = spec.loss_and_grad(spec.batch(X, y, backend=backend, **options), *params, kappa=kappa)
     out = {"f": f, "loss": np.array(loss)}
     out.update({f"grad_{b}": g for b, g in zip(spec.blocks, grads)})
     return out

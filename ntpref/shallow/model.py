@@ -27,15 +27,25 @@ from . import kernels
 from .activation import activation_code, dsigma_np, sigma_np
 
 
-class _Inputs(NamedTuple):
+class Batch(NamedTuple):
+    """Validated data and options of the transformer, from :func:`batch`: X [n, T, d] float64, y [n] or
+    None, τ_att > 0, n_keys = T (T − 1 with the last key masked), the activation name and the backend.
+    A trainer validates its data once and then calls :func:`batch_forward` /
+    :func:`batch_loss_and_grad` every step with new parameters."""
     X: np.ndarray
-    U: np.ndarray
-    W: np.ndarray
-    c: np.ndarray | None
     y: np.ndarray | None
     tau_att: float
     n_keys: int
     activation: str
+    backend: str
+
+
+class _Inputs(NamedTuple):
+    """A :class:`Batch` and validated parameters c [m] (or None), U [m, d], W [m, d, d]."""
+    b: Batch
+    c: np.ndarray | None
+    U: np.ndarray
+    W: np.ndarray
 
 
 def check_X(X, name: str = "X") -> np.ndarray:
@@ -54,25 +64,32 @@ def check_kappa(kappa) -> float:
     return kappa
 
 
-def _inputs(X, U, W, c=None, y=None, *, tau_att, mask_last_key, activation="tanh", backend) -> _Inputs:
+def batch(X, y=None, *, tau_att=1.0, mask_last_key=False, activation="tanh", backend="numba") -> Batch:
+    """Validate X [n, T, d] (finite), y [n] (optional) and the options once (:class:`Batch`)."""
     check_backend(backend)
     activation_code(activation)
     X = check_X(X)
-    n, T, d = X.shape
+    if y is not None:
+        y = as_float("y", y, (X.shape[0],))
+    tau_att = as_scalar("tau_att", tau_att, low=0.0, low_open=True)
+    mask = as_scalar("mask_last_key", mask_last_key, kind="bool")
+    T = X.shape[1]
+    if mask and T < 2:
+        raise InputError("mask_last_key needs T >= 2 tokens (the last key is excluded), got T = 1")
+    return Batch(X, y, tau_att, T - 1 if mask else T, activation, backend)
+
+
+def _inputs(b: Batch, U, W, c=None) -> _Inputs:
+    """Validate the parameters against the batch's token dimension d."""
+    d = b.X.shape[2]
     U = as_float("U", U, (None, d))
     m = U.shape[0]
     if m == 0:
-        raise InputError("array 'U': expected at least one head (m >= 1), got shape [0, %d]" % d)
+        raise InputError(f"array 'U': expected at least one head (m >= 1), got shape [0, {d}]")
     W = as_float("W", W, (m, d, d))
     if c is not None:
         c = as_float("c", c, (m,))
-    if y is not None:
-        y = as_float("y", y, (n,))
-    tau_att = as_scalar("tau_att", tau_att, low=0.0, low_open=True)
-    mask = as_scalar("mask_last_key", mask_last_key, kind="bool")
-    if mask and T < 2:
-        raise InputError("mask_last_key needs T >= 2 tokens (the last key is excluded), got T = 1")
-    return _Inputs(X, U, W, c, y, tau_att, T - 1 if mask else T, activation)
+    return _Inputs(b, c, U, W)
 
 
 def loss_from_outputs(f: np.ndarray, y: np.ndarray, kappa: float) -> float:
@@ -85,11 +102,11 @@ def loss_from_outputs(f: np.ndarray, y: np.ndarray, kappa: float) -> float:
 
 def _states_np(inp: _Inputs):
     """NumPy: a [n, m, d], s [n, m], MU [n, m, d], q [n, d] (spec §1–§2, O(n m (d² + T d)))."""
-    X, U, W = inp.X, inp.U, inp.W
+    X, U, W = inp.b.X, inp.U, inp.W
     q = X[:, -1, :]
-    keys = X[:, :inp.n_keys, :]
+    keys = X[:, :inp.b.n_keys, :]
     v = np.einsum("mkl,nl->nmk", W, q)                      # W_i q
-    z = np.einsum("ntk,nmk->nmt", keys, v) / inp.tau_att    # x_t^T W_i q / τ
+    z = np.einsum("ntk,nmk->nmt", keys, v) / inp.b.tau_att  # x_t^T W_i q / τ
     alpha = np.exp(z - z.max(axis=-1, keepdims=True))
     alpha /= alpha.sum(axis=-1, keepdims=True)
     a = np.einsum("nmt,ntk->nmk", alpha, keys)
@@ -111,19 +128,50 @@ def _heads_last(inp: _Inputs):
     return np.ascontiguousarray(inp.W.transpose(2, 1, 0)), np.ascontiguousarray(inp.U.T)
 
 
-def forward(X, c, U, W, *, tau_att=1.0, mask_last_key=False, activation="tanh", backend="numba") -> np.ndarray:
-    """Outputs f [n] = m^{-1/2} Σ_i c_i σ(U_i^T a_i(X_j)) (spec §1)."""
-    inp = _inputs(X, U, W, c, tau_att=tau_att, mask_last_key=mask_last_key, activation=activation,
-                  backend=backend)
-    if backend == "numpy":
+def batch_forward(b: Batch, c, U, W) -> np.ndarray:
+    """Outputs f [n] = m^{-1/2} Σ_i c_i σ(U_i^T a_i(X_j)) (spec §1) on a validated :class:`Batch`."""
+    inp = _inputs(b, U, W, c)
+    if b.backend == "numpy":
         with np.errstate(over="ignore", invalid="ignore"):  # an overflow is refused by require_finite below
-            f = _output_np(inp.c, _states_np(inp)[1], activation)
+            f = _output_np(inp.c, _states_np(inp)[1], b.activation)
     else:
-        f = np.empty(inp.X.shape[0])
-        kernels.forward_kernel(inp.X, inp.c, *_heads_last(inp), 1.0 / inp.tau_att, inp.n_keys,
-                               activation_code(activation), f)
+        f = np.empty(b.X.shape[0])
+        kernels.forward_kernel(b.X, inp.c, *_heads_last(inp), 1.0 / b.tau_att, b.n_keys,
+                               activation_code(b.activation), f)
     require_finite(f=f)
     return f
+
+
+def batch_loss_and_grad(b: Batch, c, U, W, *, kappa=2.0):
+    """:func:`loss_and_grad` on a validated :class:`Batch` (with y)."""
+    kappa = check_kappa(kappa)
+    if b.y is None:
+        raise InputError("array 'y': the loss needs targets y [n]")
+    inp = _inputs(b, U, W, c)
+    m = inp.U.shape[0]
+    n, _, d = b.X.shape
+    if b.backend == "numpy":
+        a, s, MU, q = _states_np(inp)
+        f = _output_np(inp.c, s, b.activation)
+        g = kappa * (f - b.y) / n
+        e = g[:, None] * inp.c * dsigma_np(s, b.activation) / math.sqrt(m)
+        grad_c = np.einsum("n,nm->m", g, sigma_np(s, b.activation)) / math.sqrt(m)
+        grad_U = np.einsum("nm,nmk->mk", e, a)
+        grad_W = np.einsum("nm,nmk,nl->mkl", e, MU, q) / b.tau_att
+    else:
+        f, grad_c, grad_U, grad_W = np.empty(n), np.empty(m), np.empty((d, m)), np.empty((d, d, m))
+        kernels.loss_grad_kernel(b.X, b.y, inp.c, *_heads_last(inp), 1.0 / b.tau_att, b.n_keys,
+                                 activation_code(b.activation), kappa / n, f, grad_c, grad_U, grad_W)
+        grad_U, grad_W = np.ascontiguousarray(grad_U.T), np.ascontiguousarray(grad_W.transpose(2, 0, 1))
+    loss = loss_from_outputs(f, b.y, kappa)
+    require_finite(f=f, loss=loss, grad_c=grad_c, grad_U=grad_U, grad_W=grad_W)
+    return f, loss, grad_c, grad_U, grad_W
+
+
+def forward(X, c, U, W, *, tau_att=1.0, mask_last_key=False, activation="tanh", backend="numba") -> np.ndarray:
+    """Outputs f [n] = m^{-1/2} Σ_i c_i σ(U_i^T a_i(X_j)) (spec §1)."""
+    return batch_forward(batch(X, tau_att=tau_att, mask_last_key=mask_last_key, activation=activation,
+                               backend=backend), c, U, W)
 
 
 def loss_and_grad(X, y, c, U, W, *, kappa=2.0, tau_att=1.0, mask_last_key=False, activation="tanh",
@@ -133,41 +181,22 @@ def loss_and_grad(X, y, c, U, W, *, kappa=2.0, tau_att=1.0, mask_last_key=False,
       grad_c_i = m^{-1/2} Σ_j g_j σ(s_ji),  grad_U_i = Σ_j e_ji a_ji,
       grad_W_i = τ_att^{-1} Σ_j e_ji (M U)_ji q_j^T.
     Cost O(n m (d² + T d)); no d×d×T tensor."""
-    kappa = check_kappa(kappa)
-    inp = _inputs(X, U, W, c, y, tau_att=tau_att, mask_last_key=mask_last_key, activation=activation,
-                  backend=backend)
-    m = inp.U.shape[0]
-    n = inp.X.shape[0]
-    if backend == "numpy":
-        a, s, MU, q = _states_np(inp)
-        f = _output_np(inp.c, s, activation)
-        g = kappa * (f - inp.y) / n
-        e = g[:, None] * inp.c * dsigma_np(s, activation) / math.sqrt(m)
-        grad_c = np.einsum("n,nm->m", g, sigma_np(s, activation)) / math.sqrt(m)
-        grad_U = np.einsum("nm,nmk->mk", e, a)
-        grad_W = np.einsum("nm,nmk,nl->mkl", e, MU, q) / inp.tau_att
-    else:
-        d = inp.X.shape[2]
-        f, grad_c, grad_U, grad_W = np.empty(n), np.empty(m), np.empty((d, m)), np.empty((d, d, m))
-        kernels.loss_grad_kernel(inp.X, inp.y, inp.c, *_heads_last(inp), 1.0 / inp.tau_att, inp.n_keys,
-                                 activation_code(activation), kappa / n, f, grad_c, grad_U, grad_W)
-        grad_U, grad_W = np.ascontiguousarray(grad_U.T), np.ascontiguousarray(grad_W.transpose(2, 0, 1))
-    loss = loss_from_outputs(f, inp.y, kappa)
-    require_finite(f=f, loss=loss, grad_c=grad_c, grad_U=grad_U, grad_W=grad_W)
-    return f, loss, grad_c, grad_U, grad_W
+    b = batch(X, y, tau_att=tau_att, mask_last_key=mask_last_key, activation=activation, backend=backend)
+    return batch_loss_and_grad(b, c, U, W, kappa=kappa)
 
 
 def head_states(X, U, W, *, tau_att=1.0, mask_last_key=False, backend="numba"):
     """Per-head states (s [n, m], a [n, m, d], MU [n, m, d]): s = U_i^T a_i (pre-activation),
     a_i = Σ_t α_t x_t, MU = M_i U_i = Σ_t α_t x_t (x_t^T U_i − s_i). Everything the NTK features
     ∂f/∂θ_i and the teacher need (spec §2, §4)."""
-    inp = _inputs(X, U, W, tau_att=tau_att, mask_last_key=mask_last_key, backend=backend)
+    b = batch(X, tau_att=tau_att, mask_last_key=mask_last_key, backend=backend)
+    inp = _inputs(b, U, W)
     if backend == "numpy":
         a, s, MU, _ = _states_np(inp)
         return s, a, MU
-    n, m, d = inp.X.shape[0], inp.U.shape[0], inp.X.shape[2]
+    n, m, d = b.X.shape[0], inp.U.shape[0], b.X.shape[2]
     s, a, MU = np.empty((n, m)), np.empty((n, d, m)), np.empty((n, d, m))
-    kernels.head_states_kernel(inp.X, *_heads_last(inp), 1.0 / inp.tau_att, inp.n_keys, s, a, MU)
+    kernels.head_states_kernel(b.X, *_heads_last(inp), 1.0 / b.tau_att, b.n_keys, s, a, MU)
     return s, np.ascontiguousarray(a.transpose(0, 2, 1)), np.ascontiguousarray(MU.transpose(0, 2, 1))
 
 

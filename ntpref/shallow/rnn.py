@@ -34,6 +34,7 @@ f = 0 exactly, not merely up to rounding.
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import numpy as np
 from numba import njit, prange
@@ -52,39 +53,79 @@ BLOCK = 16
 # Validation (shared by both backends)
 # --------------------------------------------------------------------------------------------------
 
-def _check_params(X, c, u, W_in, activation, backend):
-    """Convert and validate the model inputs once; returns (X, c, u, W_in, activation code)."""
+class RNNBatch(NamedTuple):
+    """Validated data of the IndRNN, from :func:`rnn_batch`: X [n, T, d] float64, y [n] or None, the
+    activation name and code, the backend. A trainer validates its data once and then calls
+    :func:`rnn_batch_forward` / :func:`rnn_batch_loss_and_grad` every step with new parameters."""
+    X: np.ndarray
+    y: np.ndarray | None
+    activation: str
+    code: int
+    backend: str
+
+
+def rnn_batch(X, y=None, *, activation="tanh", backend="numba") -> RNNBatch:
+    """Validate X [n, T, d] (finite), y [n] (optional), the activation and the backend once."""
     check_backend(backend)
     code = activation_code(as_scalar("activation", activation, kind="str"))
     X = check_X(X)
-    d = X.shape[2]
+    if y is not None:
+        y = as_float("y", y, (X.shape[0],))
+    return RNNBatch(X, y, activation, code, backend)
+
+
+def _check_params(b: RNNBatch, c, u, W_in):
+    """(c [m], u [m], W_in [m, d]) as float64, checked against the batch's d."""
     c = as_float("c", c, (None,))
     m = c.shape[0]
     if m == 0:
         raise InputError("array 'c': expected at least one unit (m >= 1), got shape [0]")
-    u = as_float("u", u, (m,))
-    W_in = as_float("W_in", W_in, (m, d))
-    return X, c, u, W_in, code
+    return c, as_float("u", u, (m,)), as_float("W_in", W_in, (m, b.X.shape[2]))
 
 
 # --------------------------------------------------------------------------------------------------
 # Public API
 # --------------------------------------------------------------------------------------------------
 
+def rnn_batch_forward(b: RNNBatch, c, u, W_in) -> np.ndarray:
+    """:func:`rnn_forward` on a validated :class:`RNNBatch`."""
+    c, u, W_in = _check_params(b, c, u, W_in)
+    if b.backend == "numpy":
+        with np.errstate(over="ignore", invalid="ignore"):  # an overflow is refused by require_finite below
+            f = _readout_np(c, _hidden_np(b.X, u, W_in, b.activation)[-1])
+    else:
+        f = np.empty(b.X.shape[0])
+        _forward_kernel(b.X, c, u, np.ascontiguousarray(W_in.T), b.code, f)
+    require_finite(f=f)
+    return f
+
+
+def rnn_batch_loss_and_grad(b: RNNBatch, c, u, W_in, *, kappa=2.0):
+    """:func:`rnn_loss_and_grad` on a validated :class:`RNNBatch` (with y)."""
+    kappa = check_kappa(kappa)
+    if b.y is None:
+        raise InputError("array 'y': the loss needs targets y [n]")
+    c, u, W_in = _check_params(b, c, u, W_in)
+    X, y = b.X, b.y
+    if b.backend == "numpy":
+        f, grad_c, grad_u, grad_W_in = _loss_grad_np(X, y, c, u, W_in, kappa, b.activation)
+    else:
+        n, _, d = X.shape
+        m = c.shape[0]
+        f, grad_c, grad_u, grad_WT = np.empty(n), np.empty(m), np.empty(m), np.empty((d, m))
+        _loss_grad_kernel(X, y, c, u, np.ascontiguousarray(W_in.T), b.code, kappa, f, grad_c, grad_u, grad_WT)
+        grad_W_in = np.ascontiguousarray(grad_WT.T)
+    loss = loss_from_outputs(f, y, kappa)
+    require_finite(f=f, loss=loss, grad_c=grad_c, grad_u=grad_u, grad_W_in=grad_W_in)
+    return f, loss, grad_c, grad_u, grad_W_in
+
+
 def rnn_forward(X, c, u, W_in, *, activation="tanh", backend="numba") -> np.ndarray:
     """f [n]: the IndRNN output m^{−1/2} Σ_i c_i h_{T,i} for every sample of X [n, T, d].
 
     c [m], u [m], W_in [m, d]; activation "tanh" | "erf"; backend "numba" | "numpy".
     """
-    X, c, u, W_in, code = _check_params(X, c, u, W_in, activation, backend)
-    if backend == "numpy":
-        with np.errstate(over="ignore", invalid="ignore"):  # an overflow is refused by require_finite below
-            f = _readout_np(c, _hidden_np(X, u, W_in, activation)[-1])
-    else:
-        f = np.empty(X.shape[0])
-        _forward_kernel(X, c, u, np.ascontiguousarray(W_in.T), code, f)
-    require_finite(f=f)
-    return f
+    return rnn_batch_forward(rnn_batch(X, activation=activation, backend=backend), c, u, W_in)
 
 
 def rnn_loss_and_grad(X, y, c, u, W_in, *, kappa=2.0, activation="tanh", backend="numba"):
@@ -93,20 +134,8 @@ def rnn_loss_and_grad(X, y, c, u, W_in, *, kappa=2.0, activation="tanh", backend
     κ = 2 (default) is the mean squared error; κ = 1 is half of it. The gradients are the exact
     gradients of the returned loss (output gradient g_j = κ r_j / n), by closed-form BPTT.
     """
-    X, c, u, W_in, code = _check_params(X, c, u, W_in, activation, backend)
-    y = as_float("y", y, (X.shape[0],))
-    kappa = check_kappa(kappa)
-    if backend == "numpy":
-        f, grad_c, grad_u, grad_W_in = _loss_grad_np(X, y, c, u, W_in, kappa, activation)
-    else:
-        n, _, d = X.shape
-        m = c.shape[0]
-        f, grad_c, grad_u, grad_WT = np.empty(n), np.empty(m), np.empty(m), np.empty((d, m))
-        _loss_grad_kernel(X, y, c, u, np.ascontiguousarray(W_in.T), code, kappa, f, grad_c, grad_u, grad_WT)
-        grad_W_in = np.ascontiguousarray(grad_WT.T)
-    loss = loss_from_outputs(f, y, kappa)
-    require_finite(f=f, loss=loss, grad_c=grad_c, grad_u=grad_u, grad_W_in=grad_W_in)
-    return f, loss, grad_c, grad_u, grad_W_in
+    return rnn_batch_loss_and_grad(rnn_batch(X, y, activation=activation, backend=backend), c, u, W_in,
+                                   kappa=kappa)
 
 
 def rnn_paired_init(m, d, seed):
@@ -185,31 +214,41 @@ def _loss_grad_np(X, y, c, u, W_in, kappa, activation):
 
 @njit(cache=True, error_model="numpy")
 def _unit_states(x, WT, u, code, H, D):
-    """One sample x [T, d]: H[t] = h_t (t = 0..T, H[0] = 0), D[t] = σ'(p_{t+1}) (t = 0..T−1)."""
+    """One sample x [T, d]: H[t] = h_t (t = 0..T, H[0] = 0), D[t] = σ'(p_{t+1}) (t = 0..T−1).
+    (W_in x_t)_i is summed over k left to right, four terms per pass over the units."""
     T, d = x.shape
     m = u.shape[0]
     for i in range(m):
         H[0, i] = 0.0
     for t in range(T):
+        Dt = D[t]
         for i in range(m):
-            D[t, i] = 0.0
-        for k in range(d):
+            Dt[i] = 0.0
+        k = 0
+        while k + 4 <= d:
+            x0, x1, x2, x3 = x[t, k], x[t, k + 1], x[t, k + 2], x[t, k + 3]
+            w0, w1, w2, w3 = WT[k], WT[k + 1], WT[k + 2], WT[k + 3]
+            for i in range(m):
+                Dt[i] = (((Dt[i] + w0[i] * x0) + w1[i] * x1) + w2[i] * x2) + w3[i] * x3
+            k += 4
+        while k < d:
             xk = x[t, k]
             for i in range(m):
-                D[t, i] += WT[k, i] * xk                     # (W_in x_{t+1})_i
+                Dt[i] += WT[k, i] * xk                       # (W_in x_{t+1})_i
+            k += 1
         for i in range(m):
-            D[t, i] += u[i] * H[t, i]                        # p_{t+1}
+            Dt[i] += u[i] * H[t, i]                          # p_{t+1}
         if code == 0:
             # tanh (vectorizable, :mod:`ntpref.vmath`): σ'(p) = 1 − tanh(p)² from the same value
             for i in range(m):
-                h = vmath.tanh(D[t, i])
+                h = vmath.tanh(Dt[i])
                 H[t + 1, i] = h
-                D[t, i] = 1.0 - h * h
+                Dt[i] = 1.0 - h * h
         else:
             for i in range(m):
-                p = D[t, i]
+                p = Dt[i]
                 H[t + 1, i] = sigma(p, code)
-                D[t, i] = dsigma(p, code)
+                Dt[i] = dsigma(p, code)
 
 
 @njit(cache=True, error_model="numpy")
@@ -272,10 +311,20 @@ def _loss_grad_kernel(X, y, c, u, WT, code, kappa, f, grad_c, grad_u, grad_WT):
                     su[i] += e * H[t, i]
                     delta[i] = e * u[i]
                     D[t, i] = e
+            t = T - 1                                        # ∂W_in += Σ_t ε_t x_t, t = T..1 in order
+            while t >= 3:
+                e0, e1, e2, e3 = D[t], D[t - 1], D[t - 2], D[t - 3]
+                for k in range(d):
+                    x0, x1, x2, x3, sWk = x[t, k], x[t - 1, k], x[t - 2, k], x[t - 3, k], sW[k]
+                    for i in range(m):
+                        sWk[i] = (((sWk[i] + e0[i] * x0) + e1[i] * x1) + e2[i] * x2) + e3[i] * x3
+                t -= 4
+            while t >= 0:
                 for k in range(d):
                     xk = x[t, k]
                     for i in range(m):
                         sW[k, i] += D[t, i] * xk
+                t -= 1
     for i in range(m):
         grad_c[i] = 0.0
         grad_u[i] = 0.0

@@ -36,13 +36,14 @@ class ModelAdapter:
     """What the trainer needs to know about a model.
 
     blocks: parameter names in call order (each [m, ...], head first); options: keyword options of
-    ``forward(X, *params, **options, backend=)``; ``loss_and_grad(X, y, *params, kappa=, **options,
-    backend=)`` returns (f, loss, *grads) in block order; ``logged``: the block whose gradient norm the
-    interchange contract reports.
+    ``batch(X, y=None, **options, backend=)``, which validates the data once; ``forward(batch, *params)``
+    gives the outputs f [n] and ``loss_and_grad(batch, *params, kappa=)`` gives (f, loss, *grads) in block
+    order; ``logged``: the block whose gradient norm the interchange contract reports.
     """
     name: str
     blocks: tuple[str, ...]
     options: tuple[str, ...]
+    batch: Callable
     forward: Callable
     loss_and_grad: Callable
     logged: str
@@ -50,9 +51,9 @@ class ModelAdapter:
 
 MODELS = {
     "shallow": ModelAdapter("shallow", ("c", "U", "W"), ("tau_att", "mask_last_key", "activation"),
-                            transformer.forward, transformer.loss_and_grad, "W"),
+                            transformer.batch, transformer.batch_forward, transformer.batch_loss_and_grad, "W"),
     "indrnn": ModelAdapter("indrnn", ("c", "u", "W_in"), ("activation",),
-                           rnn.rnn_forward, rnn.rnn_loss_and_grad, "u"),
+                           rnn.rnn_batch, rnn.rnn_batch_forward, rnn.rnn_batch_loss_and_grad, "u"),
 }
 
 
@@ -101,9 +102,8 @@ def proj_gd(model: str, X, y, params: Sequence[np.ndarray], *, eta, steps, rho=N
     kappa = check_kappa(kappa)
     eta = as_scalar("eta", eta, low=0.0, low_open=True)
     steps = as_scalar("steps", steps, kind="int", low=1)
-    X = check_X(X)
-    n = X.shape[0]
-    y = as_float("y", y, (n,))
+    data = spec.batch(X, y, backend=backend, **options)      # X, y and the options, validated once
+    n = data.X.shape[0]
     if len(params) != len(spec.blocks):
         raise InputError(f"model {model!r}: expected {len(spec.blocks)} parameter blocks "
                          f"({', '.join(spec.blocks)}), got {len(params)}")
@@ -117,9 +117,9 @@ def proj_gd(model: str, X, y, params: Sequence[np.ndarray], *, eta, steps, rho=N
         raise InputError("validation data needs both 'X_val' and 'y_val'")
     if X_val is not None:
         X_val = check_X(X_val, "X_val")
-        if X_val.shape[2] != X.shape[2]:
-            raise InputError(f"array 'X_val': tokens have dimension {X_val.shape[2]}, X has {X.shape[2]}")
-        y_val = as_float("y_val", y_val, (X_val.shape[0],))
+        if X_val.shape[2] != data.X.shape[2]:
+            raise InputError(f"array 'X_val': tokens have dimension {X_val.shape[2]}, X has {data.X.shape[2]}")
+        val = spec.batch(X_val, as_float("y_val", y_val, (X_val.shape[0],)), backend=backend, **options)
     if batch is None:
         if seed is not None:
             raise InputError("array 'seed': only used by ProjSGD (give 'batch' too, or drop 'seed')")
@@ -130,8 +130,8 @@ def proj_gd(model: str, X, y, params: Sequence[np.ndarray], *, eta, steps, rho=N
             raise InputError("ProjSGD ('batch' given) needs 'seed'")
         rng, label = np.random.default_rng(as_scalar("seed", seed, kind="int", low=0)), f"{model} ProjSGD"
 
-    def loss_at(Xs, ys, th):
-        return loss_from_outputs(spec.forward(Xs, *th, backend=backend, **options), ys, kappa)
+    def loss_at(b, th):
+        return loss_from_outputs(spec.forward(b, *th), b.y, kappa)
 
     centre = tuple(p.copy() for p in theta)
     train_loss = np.empty(steps)
@@ -141,13 +141,12 @@ def proj_gd(model: str, X, y, params: Sequence[np.ndarray], *, eta, steps, rho=N
         try:
             with np.errstate(over="ignore", invalid="ignore"):  # divergence is reported just below
                 if rng is None:
-                    _, train_loss[t], *grads = spec.loss_and_grad(X, y, *theta, kappa=kappa, backend=backend,
-                                                                  **options)
+                    _, train_loss[t], *grads = spec.loss_and_grad(data, *theta, kappa=kappa)
                 else:
                     idx = rng.integers(0, n, size=batch)
-                    _, _, *grads = spec.loss_and_grad(X[idx], y[idx], *theta, kappa=kappa, backend=backend,
-                                                      **options)
-                    train_loss[t] = loss_at(X, y, theta)
+                    mini = spec.batch(data.X[idx], data.y[idx], backend=backend, **options)
+                    _, _, *grads = spec.loss_and_grad(mini, *theta, kappa=kappa)
+                    train_loss[t] = loss_at(data, theta)
                 for b, g in enumerate(grads):
                     norms[b, t] = math.sqrt(np.sum(g * g))
                 theta = project([p - eta * g for p, g in zip(theta, grads)], centre, radii)
@@ -157,7 +156,7 @@ def proj_gd(model: str, X, y, params: Sequence[np.ndarray], *, eta, steps, rho=N
             raise InputError(f"training diverged at step {t}: non-finite loss or parameters "
                              f"(eta = {eta} too large?)")
         if val_loss is not None:
-            val_loss[t] = loss_at(X_val, y_val, theta)
+            val_loss[t] = loss_at(val, theta)
         progress(label, t + 1, steps)
     return TrainResult(model, dict(zip(spec.blocks, theta)), train_loss, val_loss,
-                       dict(zip(spec.blocks, norms)), loss_at(X, y, theta))
+                       dict(zip(spec.blocks, norms)), loss_at(data, theta))
