@@ -15,11 +15,11 @@ No d×d×T tensor is formed. The softmax exponentials and tanh come from :mod:`n
 same h. Head outputs are summed in the fixed pair order (i, i + ⌊m/2⌋), so the
 paired initialisation (second half = first half with c flipped) gives f = 0 exactly.
 
-Determinism: the forward/state kernels run ``prange`` over samples and write only row j. The
-gradient kernel splits the samples into :data:`N_BLOCKS` fixed contiguous blocks (boundaries depend
-on n only, never on the thread count), runs ``prange`` over blocks writing one partial gradient
-per block, then adds the blocks serially in index order. Results are bitwise identical for any
-number of threads.
+Determinism: every kernel splits the samples into :data:`N_BLOCKS` fixed contiguous blocks
+(boundaries depend on n only, never on the thread count) and runs ``prange`` over the blocks, with
+scratch arrays allocated once per block. The forward/state kernels write only the rows j of their
+block. The gradient kernel writes one partial gradient per block, then adds the blocks serially in
+index order. Results are bitwise identical for any number of threads.
 
 Speed: every sum runs left to right, but four terms at a time: ``acc = (((acc + t0) + t1) + t2) + t3``
 keeps the running value in a register across four rows (of W for v, of x_t for z and p, of α and γ
@@ -153,25 +153,30 @@ def _moments(X, j, n_keys, alpha, p, s, a, mu):
 
 @njit(cache=True, parallel=True, error_model="numpy")
 def forward_kernel(X, c, Wr, UT, inv_tau, n_keys, code, f):
-    """Outputs f [n], written in place."""
+    """Outputs f [n], written in place (the :data:`N_BLOCKS` sample blocks in parallel, scratch per block)."""
     n, T, d = X.shape
     m = c.shape[0]
-    for j in prange(n):
+    nb = min(N_BLOCKS, n)
+    for b in prange(nb):
         v, alpha, p = np.empty((d, m)), np.empty((T, m)), np.empty((T, m))
         s, h = np.empty(m), np.empty(m)
-        _states(X, j, Wr, UT, inv_tau, n_keys, v, alpha, p, s)
-        f[j] = _output(s, c, code, h)
+        for j in range(b * n // nb, (b + 1) * n // nb):
+            _states(X, j, Wr, UT, inv_tau, n_keys, v, alpha, p, s)
+            f[j] = _output(s, c, code, h)
 
 
 @njit(cache=True, parallel=True, error_model="numpy")
 def head_states_kernel(X, Wr, UT, inv_tau, n_keys, s, a, MU):
-    """s [n, m], a [n, d, m], MU [n, d, m] (heads last) of every sample, written in place."""
+    """s [n, m], a [n, d, m], MU [n, d, m] (heads last) of every sample, written in place (blocks as in
+    :func:`forward_kernel`)."""
     n, T, d = X.shape
     m = UT.shape[1]
-    for j in prange(n):
+    nb = min(N_BLOCKS, n)
+    for b in prange(nb):
         v, alpha, p = np.empty((d, m)), np.empty((T, m)), np.empty((T, m))
-        _states(X, j, Wr, UT, inv_tau, n_keys, v, alpha, p, s[j])
-        _moments(X, j, n_keys, alpha, p, s[j], a[j], MU[j])
+        for j in range(b * n // nb, (b + 1) * n // nb):
+            _states(X, j, Wr, UT, inv_tau, n_keys, v, alpha, p, s[j])
+            _moments(X, j, n_keys, alpha, p, s[j], a[j], MU[j])
 
 
 @njit(cache=True, parallel=True, error_model="numpy")
