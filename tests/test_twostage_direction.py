@@ -104,6 +104,27 @@ def test_stable_direction_matches_high_precision_reference_where_naive_fails(bac
 
 
 @pytest.mark.parametrize("backend", ["numba", "numpy"])
+def test_stable_kq_direction_with_score_gaps_beyond_float64_range(rng, backend):
+    """Scores 0 > -10 > -1000 > -1500 on query 0: φ spans e^-1500 (far below float64), tokens 3 and 4 have
+    equal columns of W_ov (so a_3 = a_4 exactly: a copy-like class A of the arg max that is not the arg max,
+    e^{s_4 - s_2nd} = e^990 would overflow), a sentence with all a equal contributes nothing; checked
+    against the mpmath evaluation of the plain §3 formulas."""
+    K = 5
+    W_ov = rng.normal(size=(K, K))
+    W_ov[:, 4] = W_ov[:, 3]
+    W_kq = rng.normal(size=(K, K))
+    W_kq[[3, 4, 1, 0, 2], 0] = [0.0, -10.0, -1000.0, -1500.0, -1200.0]
+    sentences = [[3, 1, 4, 0], [1, 4, 3, 3, 2, 0], [4, 1, 2, 0], [3, 4, 3], [2, 1, 0]]
+    targets = [2, 0, 1, 4, 3]
+    ds = Dataset.from_sentences(sentences, targets, K=K)
+    ref, ref_log = mp_gradient(sentences, targets, K, W_ov, W_kq, "kq", 2000)
+    stable = model.kq_direction(ds, W_ov, W_kq, method="stable", backend=backend)
+    assert np.abs(stable.unit - ref).max() <= 1e-13
+    assert stable.log_norm == pytest.approx(ref_log, rel=1e-13)
+    assert ref_log < -10                       # the gradient is set by the e^-10 and e^-1000 attention
+
+
+@pytest.mark.parametrize("backend", ["numba", "numpy"])
 def test_stable_ov_direction_matches_high_precision_reference(rng, backend):
     """Stage 1 with saturated logits (W_ov = 1000 W_ov* + noise): p_v ~ e^-1000 underflows."""
     K = 5

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from ntpref.errors import InputError
-from ntpref.twostage import model
+from ntpref.twostage import kernels, model
 from ntpref.twostage.data import Dataset
 
 K, D_GAUSS = 7, 5
@@ -135,7 +135,7 @@ def test_backends_agree(rng, embedding):
 
 
 def test_parallel_driver_bitwise_for_any_thread_count(rng, monkeypatch):
-    ds = random_dataset(rng, "gaussian", N=40)
+    ds = random_dataset(rng, "gaussian", N=2 * kernels.BLOCK + 13)       # two whole blocks and a partial one
     W_ov, W_kq = weights_for(ds, rng)
 
     def everything():

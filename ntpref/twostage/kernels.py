@@ -19,19 +19,49 @@ sentences are the one-token sentences [x] with target n(x)). :func:`pass_serial`
     MODE_OV_STABLE + the W_ov gradient as exp(log_scale) * G_ov, computed in log scale
 
 Log scale (per sentence): with margins r_v = z_v - z_y and r_max = max_{v≠y} r_v, p̃_v = e^{r_v - r_max}
-(v ≠ y) and S = Σ_{v≠y} p̃_v give p_v = e^m p̃_v, m = max_{v≠y} log p_v = r_max - log(1 + e^{r_max} S),
-so g_z = e^m g̃ with g̃ = p̃ - S e_y (no cancellation, no underflow). The attention part uses the exact
-identity g_s,l = φ_l (a_l - φ·a) = Σ_k φ_l φ_k (a_l - a_k): with log φ from the scores and
-σ = max{log φ_l + log φ_k : a_l ≠ a_k}, g_s,l = e^{σ + m} Σ_k e^{log φ_l + log φ_k - σ} (ã_l - ã_k),
-every exponent ≤ 0 (ã = X^T W_ov^T E g̃). Each sentence's log scale λ_i = σ + m + log w_i; the sum over
-sentences is shifted by Λ = max λ_i, which is returned.
+(v ≠ y) and S = Σ_{v≠y} p̃_v (summed in v order) give p_v = e^m p̃_v, m = max_{v≠y} log p_v =
+r_max - log(1 + e^{r_max} S), so g_z = e^m g̃ with g̃ = p̃ - S e_y (no cancellation, no underflow).
+The attention part (spec §4) uses u_l = e^{s_l - s_1} (s_1 = s_{l1}, l1 the first arg max of the scores,
+U = Σ_l u_l, so φ = u/U), the class A = {l : a_l = a_{l1}} of the arg max, D_l = a_l - a_{l1} (0 on A),
+s_2 = max_{l∉A} s_l and v_l = e^{s_l - s_2} (l ∉ A); every u_l, v_l ≤ 1. Exactly,
 
-Per-sentence work runs serially or in parallel over sentences (prange, writing only per-sentence slots);
-the reduction is serial in sentence order, so results are bitwise identical for either driver and any
-thread count. :func:`ngd_steps` runs whole stretches of Algorithm 1 (update and per-step metrics) on the
-serial pass, so a training loop makes one compiled call per chunk of steps instead of one per step. Never fastmath. Exponentials come from :mod:`ntpref.vmath` (inlined, vectorizable, ≤ 1
-ulp); the drivers transpose B_ov once (BovT) and :func:`reduce` accumulates G_ov transposed, so the
-loops over the K logits run with unit stride.
+    g_s,l = e^σ g̃_l,   σ = log φ_{l1} + log φ_{k1} = (s_2 - s_1) - 2 log U   (k1 an arg max outside A)
+    g̃_l = -u_l Σ_{k∉A} v_k D_k          for l ∈ A      (the term on the arg max, no cancellation)
+    g̃_l = v_l (D_l U - Σ_{k∉A} u_k D_k)  for l ∉ A
+
+(the sums in position order). This is φ_l (a_l - φ·a) = Σ_k φ_l φ_k (a_l - a_k) with φ_l φ_k = e^σ u_l v_k
+(l ∈ A) or e^σ v_l u_k (l ∉ A) and σ the largest log φ_l + log φ_k over pairs with a_l ≠ a_k, as in the
+NumPy backend's pairwise form; 2L exponentials per sentence (u, v) instead of one per pair. When all a_l
+are equal, g_s = 0 exactly and σ = -inf. ã = X^T W_ov^T E g̃ (a = e^m ã). Each sentence's log scale
+λ_i = σ + m + log w_i; the sum over sentences is shifted by Λ = max λ_i, which is returned.
+
+Order of the work: a pass runs in phases over a range of sentences (:func:`_rows`), so that every
+exponential runs in one long vectorized loop over all sentences of the range instead of short loops per
+sentence (exponentials come from :mod:`ntpref.vmath`: inlined, ≤ 1 ulp, the same bits in a vector lane
+as in a scalar call, which costs ~10x a lane):
+
+    1. per sentence: centred scores s_l - s_1 into u [N, Lmax]      then e^· over all rows of u
+    2. per sentence: U, φ, z, margins r_v - r_max into gz [N, K]    then e^· over all rows of gz
+       (and of e^{-|r_max|}, [N])
+    3. per sentence: S, g̃, ℓ, m
+    MODE_GRAD:      e^m over all sentences; per sentence g_z = e^m g̃, a, g_s
+    MODE_KQ_STABLE: per sentence ã, D_l, s_2, exponents s_l - s_2 into gs [N, Lmax]   then e^· over all
+                    rows of gs; per sentence the sums, g̃_l and λ_i
+    MODE_OV_STABLE: per sentence λ_i
+    reduction (serial, sentence order): in the stable modes c_i = e^{λ_i - Λ} in one loop, then
+    G_ov^T[τ_l, :] += c_i φ_l g_z, G_kq[τ_l, q] += c_i g_s,l
+
+Lanes that carry no value (padding positions, the y logit, positions in A) are fed e^0 and set
+afterwards, never e^-inf (an exponential that underflows to 0 costs a microcode assist on Intel CPUs).
+The serial driver (:func:`pass_serial`, and :func:`ngd_steps`) runs the phases once over all N
+sentences; the parallel driver (:func:`sentences_parallel`) runs the same :func:`_rows` on blocks of
+BLOCK sentences spread over threads (prange, each block writing only its own rows). Every value of a
+sentence is computed by the same operations in either case, and the reduction is serial in sentence
+order, so results are bitwise identical for either driver and any thread count. The drivers transpose
+B_ov once (BovT) and the reduction accumulates G_ov transposed, so the loops over the K logits run with
+unit stride. :func:`ngd_steps` runs whole stretches of Algorithm 1 (update and per-step metrics) on the
+serial pass, so a training loop makes one compiled call per chunk of steps instead of one per step.
+Never fastmath.
 """
 import math
 
@@ -44,6 +74,7 @@ MODE_FORWARD = 0
 MODE_GRAD = 1
 MODE_KQ_STABLE = 2
 MODE_OV_STABLE = 3
+BLOCK = 64         # sentences per work item of the parallel driver
 
 
 @njit(cache=True, error_model="numpy")
@@ -86,175 +117,220 @@ def embed_matrix(E, G):
 
 
 @njit(cache=True, error_model="numpy", inline="always")
-def _sentence(i, tokens, lengths, targets, BovT, Bkq, attn, lphi, logits, gz):
-    """Forward pass of sentence i into its slots; returns (ℓ_i, m_i). BovT = B_ov^T (row τ = column τ
-    of B_ov, so the loops over the K logits run with unit stride).
+def _exp_inplace(x):
+    """x ← e^x elementwise for a contiguous 1-D x, as one loop over it (vectorized; same bits as scalar)."""
+    for j in range(x.shape[0]):
+        x[j] = vmath.exp(x[j])
 
-    attn[i, :L] = φ, lphi[i, :L] = log φ (exact from the scores, never log of an underflowed φ),
-    logits[i] = z, gz[i] = g̃ = p̃ - S e_y (the log-scaled p - e_y; g_z = e^m g̃).
-    """
-    L = lengths[i]
-    K = BovT.shape[0]
-    q = tokens[i, L - 1]
-    y = targets[i]
-    smax = -np.inf
-    for l in range(L):
+
+@njit(cache=True, error_model="numpy", inline="always")
+def _exp_rows(X, i0, i1):
+    """Rows i0..i1-1 of a C-contiguous 2-D X exponentiated in place, as one loop over their entries."""
+    _exp_inplace(X[i0:i1].reshape((i1 - i0) * X.shape[1]))
+
+
+@njit(cache=True, error_model="numpy", inline="always")
+def _first_argmax_score(i, tokens, lengths, Bkq):
+    """(l1, s_l1): the first arg max of the scores s_l = B_kq[τ_l, q] of sentence i and its score."""
+    q = tokens[i, lengths[i] - 1]
+    l1 = 0
+    s1 = Bkq[tokens[i, 0], q]
+    for l in range(1, lengths[i]):
         s = Bkq[tokens[i, l], q]
-        lphi[i, l] = s
-        if s > smax:
-            smax = s
-    Z = 0.0
-    for l in range(L):
-        u = lphi[i, l] - smax
-        e = vmath.exp(u)
-        lphi[i, l] = u
-        attn[i, l] = e
-        Z += e
-    logZ = math.log(Z)
-    for l in range(L):
-        attn[i, l] = attn[i, l] / Z
-        lphi[i, l] = lphi[i, l] - logZ
-    for v in range(K):
-        logits[i, v] = 0.0
-    for l in range(L):
-        t = tokens[i, l]
-        f = attn[i, l]
-        for v in range(K):
-            logits[i, v] += f * BovT[t, v]
-    zy = logits[i, y]
-    rmax = -np.inf
-    for v in range(K):
-        if v != y and logits[i, v] - zy > rmax:
-            rmax = logits[i, v] - zy
-    if K == 1:
-        gz[i, 0] = 0.0
-        return 0.0, -np.inf
-    for v in range(K):
-        gz[i, v] = vmath.exp((logits[i, v] - zy) - rmax)
-    S = 0.0
-    for v in range(K):
-        if v != y:
+        if s > s1:
+            s1 = s
+            l1 = l
+    return l1, s1
+
+
+@njit(cache=True, error_model="numpy")
+def _forward_rows(i0, i1, tokens, lengths, targets, BovT, Bkq, losses, m, ex, logits, gz, attn, u):
+    """Forward pass of sentences i0..i1-1 (BovT = B_ov^T, so the loops over the logits have unit stride).
+
+    Writes u[i] = e^{s_l - s_1} (s_1 the top score; 1 on padding), attn[i] = φ = u/U with U = Σ_l u_l (position
+    order; 0 on padding), logits[i] = z, gz[i] = g̃ = p̃ - S e_y (g_z = e^m g̃), losses[i] = ℓ_i,
+    m[i] = m_i. Phases: all centred scores, one exponential loop over them; per sentence φ, z and the
+    margins, one exponential loop over all of them; per sentence S, ℓ and m.
+    """
+    Lmax = u.shape[1]
+    for i in range(i0, i1):
+        _, s1 = _first_argmax_score(i, tokens, lengths, Bkq)
+        L = lengths[i]
+        q = tokens[i, L - 1]
+        for l in range(L):
+            u[i, l] = Bkq[tokens[i, l], q] - s1
+        for l in range(L, Lmax):
+            u[i, l] = 0.0                    # padding: e^0 (never e^-inf, whose underflow is slow)
+    _exp_rows(u, i0, i1)
+    for i in range(i0, i1):
+        L = lengths[i]
+        y = targets[i]
+        U = 0.0
+        for l in range(L):
+            U += u[i, l]
+        for l in range(L):
+            attn[i, l] = u[i, l] / U
+        for l in range(L, Lmax):
+            attn[i, l] = 0.0
+        for v in range(logits.shape[1]):
+            logits[i, v] = 0.0
+        for l in range(L):
+            t = tokens[i, l]
+            f = attn[i, l]
+            for v in range(logits.shape[1]):
+                logits[i, v] += f * BovT[t, v]
+        zy = logits[i, y]
+        for v in range(logits.shape[1]):
+            gz[i, v] = logits[i, v] - zy     # margins r_v
+        gz[i, y] = -np.inf
+        rmax = -np.inf                       # max_{v≠y} r_v
+        for v in range(logits.shape[1]):
+            rmax = gz[i, v] if gz[i, v] > rmax else rmax
+        for v in range(logits.shape[1]):
+            gz[i, v] = gz[i, v] - rmax
+        gz[i, y] = 0.0                       # e^0, cleared below
+        m[i] = rmax                          # until the last phase
+        ex[i] = -abs(rmax)                   # e^{-rmax} if rmax > 0, else e^{rmax}
+    _exp_rows(gz, i0, i1)
+    _exp_inplace(ex[i0:i1])
+    for i in range(i0, i1):
+        y = targets[i]
+        gz[i, y] = 0.0
+        S = 0.0
+        for v in range(gz.shape[1]):
             S += gz[i, v]
-    gz[i, y] = -S
-    if rmax > 0.0:
-        m = -math.log(vmath.exp(-rmax) + S)
-        return rmax - m, m
-    loss = math.log1p(vmath.exp(rmax) * S)
-    return loss, rmax - loss
+        gz[i, y] = -S
+        rmax = m[i]
+        if rmax > 0.0:
+            m[i] = -math.log(ex[i] + S)
+            losses[i] = rmax - m[i]
+        else:
+            losses[i] = math.log1p(ex[i] * S)
+            m[i] = rmax - losses[i]
 
 
 @njit(cache=True, error_model="numpy", inline="always")
 def _sentence_a(i, tokens, lengths, BovT, gz, a):
-    """a[i, l] = Σ_v gz[i, v] B_ov[v, τ_l]   (a = X^T W_ov^T E g; BovT = B_ov^T)."""
-    K = BovT.shape[0]
+    """a[i, l] = Σ_v gz[i, v] B_ov[v, τ_l], v = 0..K-1 in order (a = X^T W_ov^T E g; BovT = B_ov^T)."""
     for l in range(lengths[i]):
         t = tokens[i, l]
         acc = 0.0
-        for v in range(K):
+        for v in range(gz.shape[1]):
             acc += gz[i, v] * BovT[t, v]
         a[i, l] = acc
 
 
-@njit(cache=True, error_model="numpy", inline="always")
-def _sentence_gs_naive(i, lengths, attn, a, gs):
-    """g_s = φ ⊙ (a - (φ·a) 1) (spec §3)."""
-    L = lengths[i]
-    pa = 0.0
-    for l in range(L):
-        pa += attn[i, l] * a[i, l]
-    for l in range(L):
-        gs[i, l] = attn[i, l] * (a[i, l] - pa)
+@njit(cache=True, error_model="numpy")
+def _naive_rows(i0, i1, tokens, lengths, BovT, m, ex, gz, attn, a, gs):
+    """Plain float64 gradients of sentences i0..i1-1 (spec §3): gz[i] ← g_z = e^m g̃ (the e^m of all
+    sentences in one exponential loop), a = X^T W_ov^T E g_z, gs[i] = g_s = φ ⊙ (a - (φ·a) 1)."""
+    for i in range(i0, i1):
+        ex[i] = m[i]
+    _exp_inplace(ex[i0:i1])
+    for i in range(i0, i1):
+        for v in range(gz.shape[1]):
+            gz[i, v] *= ex[i]
+        _sentence_a(i, tokens, lengths, BovT, gz, a)
+        L = lengths[i]
+        pa = 0.0
+        for l in range(L):
+            pa += attn[i, l] * a[i, l]
+        for l in range(L):
+            gs[i, l] = attn[i, l] * (a[i, l] - pa)
 
 
-@njit(cache=True, error_model="numpy", inline="always")
-def _sentence_gs_stable(i, lengths, lphi, a, gs):
-    """gs[i, l] = Σ_k e^{log φ_l + log φ_k - σ} (a_l - a_k); returns σ (-inf when g_s = 0 exactly).
+@njit(cache=True, error_model="numpy")
+def _kq_stable_rows(i0, i1, tokens, lengths, weights, BovT, Bkq, lam, m, ex, gz, u, a, gs):
+    """Log-scaled attention gradients of sentences i0..i1-1 (module docstring): ã from g̃, then
+    gs[i, l] = g̃_l and lam[i] = λ_i = σ + m + log w_i (-inf, gs[i] = 0, when g_s = 0 exactly). Phases:
+    per sentence ã, D_l (into a[i]), s_2 and the exponents s_l - s_2 (l ∉ A); one exponential loop over
+    all sentences (v_l); per sentence the sums and g̃."""
+    Lmax = gs.shape[1]
+    for i in range(i0, i1):
+        _sentence_a(i, tokens, lengths, BovT, gz, a)
+        l1, s1 = _first_argmax_score(i, tokens, lengths, Bkq)
+        L = lengths[i]
+        q = tokens[i, L - 1]
+        a1 = a[i, l1]
+        s2 = -np.inf                         # top score outside A = {l : a_l = a_l1}
+        for l in range(L):
+            a[i, l] = a[i, l] - a1           # D_l (0 exactly on A)
+            s = Bkq[tokens[i, l], q]
+            if a[i, l] != 0.0 and s > s2:
+                s2 = s
+        for l in range(L):
+            gs[i, l] = Bkq[tokens[i, l], q] - s2 if a[i, l] != 0.0 else 0.0
+        for l in range(L, Lmax):
+            gs[i, l] = 0.0                   # A and padding: e^0, cleared below
+        ex[i] = s2 - s1                      # σ + 2 log U (-inf when all a_l are equal)
+    _exp_rows(gs, i0, i1)
+    for i in range(i0, i1):
+        L = lengths[i]
+        if ex[i] == -np.inf:
+            for l in range(L):
+                gs[i, l] = 0.0
+            lam[i] = -np.inf
+            continue
+        U = 0.0
+        P = 0.0
+        Pv = 0.0
+        for l in range(L):
+            U += u[i, l]
+            if a[i, l] != 0.0:
+                P += u[i, l] * a[i, l]
+                Pv += gs[i, l] * a[i, l]
+        for l in range(L):
+            if a[i, l] != 0.0:
+                gs[i, l] = gs[i, l] * (a[i, l] * U - P)
+            else:
+                gs[i, l] = -u[i, l] * Pv
+        sigma = ex[i] - 2.0 * math.log(U)
+        lam[i] = sigma + m[i] + math.log(weights[i]) if weights[i] > 0.0 else -np.inf
 
-    The weight of a pair is symmetric, so each unordered pair {l, k} is visited once."""
-    L = lengths[i]
-    sigma = -np.inf
-    for l in range(L):
-        gs[i, l] = 0.0
-        for k in range(l + 1, L):
-            if a[i, l] != a[i, k] and lphi[i, l] + lphi[i, k] > sigma:
-                sigma = lphi[i, l] + lphi[i, k]
-    if sigma == -np.inf:
-        return sigma
-    for l in range(L):
-        for k in range(l + 1, L):
-            dlk = a[i, l] - a[i, k]
-            if dlk != 0.0:
-                t = vmath.exp((lphi[i, l] + lphi[i, k]) - sigma) * dlk
-                gs[i, l] += t
-                gs[i, k] -= t
-    return sigma
 
-
-@njit(cache=True, error_model="numpy", inline="always")
-def _one(i, mode, tokens, lengths, targets, weights, BovT, Bkq, losses, lam, logits, gz, attn, lphi, a, gs):
-    """All per-sentence work of a pass for sentence i (writes only row / slot i; BovT = B_ov^T)."""
-    K = BovT.shape[0]
-    loss_i, m = _sentence(i, tokens, lengths, targets, BovT, Bkq, attn, lphi, logits, gz)
-    losses[i] = loss_i
+@njit(cache=True, error_model="numpy")
+def _rows(i0, i1, mode, tokens, lengths, targets, weights, BovT, Bkq, ws):
+    """All per-sentence work of a pass for sentences i0..i1-1 (writes only their rows of the slots ws)."""
+    losses, lam, m, ex, logits, gz, attn, u, a, gs = ws
+    _forward_rows(i0, i1, tokens, lengths, targets, BovT, Bkq, losses, m, ex, logits, gz, attn, u)
     if mode == MODE_GRAD:
-        scale = vmath.exp(m)
-        for v in range(K):
-            gz[i, v] *= scale
-        _sentence_a(i, tokens, lengths, BovT, gz, a)
-        _sentence_gs_naive(i, lengths, attn, a, gs)
+        _naive_rows(i0, i1, tokens, lengths, BovT, m, ex, gz, attn, a, gs)
     elif mode == MODE_KQ_STABLE:
-        _sentence_a(i, tokens, lengths, BovT, gz, a)
-        sigma = _sentence_gs_stable(i, lengths, lphi, a, gs)
-        lam[i] = sigma + m + math.log(weights[i]) if weights[i] > 0.0 and sigma > -np.inf else -np.inf
+        _kq_stable_rows(i0, i1, tokens, lengths, weights, BovT, Bkq, lam, m, ex, gz, u, a, gs)
     elif mode == MODE_OV_STABLE:
-        lam[i] = m + math.log(weights[i]) if weights[i] > 0.0 and m > -np.inf else -np.inf
+        for i in range(i0, i1):
+            lam[i] = m[i] + math.log(weights[i]) if weights[i] > 0.0 and m[i] > -np.inf else -np.inf
 
 
 @njit(cache=True, error_model="numpy")
 def slots(N, Lmax, K):
-    """Per-sentence work slots of a pass: losses, lam [N]; logits, gz [N, K]; attn, lphi, a, gs [N, Lmax]
-    (allocated once per training loop and reused by every step)."""
-    return (np.empty(N), np.empty(N), np.empty((N, K)), np.empty((N, K)), np.zeros((N, Lmax)),
-            np.empty((N, Lmax)), np.empty((N, Lmax)), np.empty((N, Lmax)))
+    """Per-sentence work slots of a pass: losses, lam, m, ex [N]; logits, gz [N, K]; attn, u, a, gs
+    [N, Lmax] (allocated once per training loop and reused by every step)."""
+    return (np.empty(N), np.empty(N), np.empty(N), np.empty(N), np.empty((N, K)), np.empty((N, K)),
+            np.empty((N, Lmax)), np.empty((N, Lmax)), np.empty((N, Lmax)), np.empty((N, Lmax)))
 
 
 @njit(cache=True, parallel=True, error_model="numpy")
 def sentences_parallel(tokens, lengths, targets, weights, Bov, Bkq, mode):
-    """The per-sentence part of :func:`pass_serial` with the sentences spread over threads (prange; each
-    iteration writes only its own slots, so the result is bitwise the same). Returns the slots (losses,
-    lam, logits, gz, attn, gs) that :func:`reduce` sums. Called from Python only: a cached njit caller
-    of a parallel function segfaults when loaded from Numba's cache (numba issue #8578)."""
+    """The per-sentence part of :func:`pass_serial` with blocks of BLOCK sentences spread over threads
+    (prange; each block writes only its own rows, so the result is bitwise the same). Returns the slots
+    (losses, lam, logits, gz, attn, gs) that :func:`reduce` sums. Called from Python only: a cached njit
+    caller of a parallel function segfaults when loaded from Numba's cache (numba issue #8578)."""
     N, Lmax = tokens.shape
-    losses, lam, logits, gz, attn, lphi, a, gs = slots(N, Lmax, Bov.shape[0])
+    ws = slots(N, Lmax, Bov.shape[0])
     BovT = Bov.T.copy()
-    for i in prange(N):
-        _one(i, mode, tokens, lengths, targets, weights, BovT, Bkq, losses, lam, logits, gz, attn, lphi, a, gs)
-    return losses, lam, logits, gz, attn, gs
+    for b in prange((N + BLOCK - 1) // BLOCK):
+        _rows(b * BLOCK, min(N, (b + 1) * BLOCK), mode, tokens, lengths, targets, weights, BovT, Bkq, ws)
+    return ws[0], ws[1], ws[4], ws[5], ws[6], ws[9]
 
 
 @njit(cache=True, error_model="numpy")
 def _pass(tokens, lengths, targets, weights, BovT, Bkq, mode, ws, GovT, Gkq):
     """One serial pass over a weighted sentence set into the work slots ``ws`` (see :func:`slots`) and
     the zeroed sums GovT = G_ov^T, Gkq [K, K]; returns (loss, log_scale) as :func:`reduce`."""
-    losses, lam, logits, gz, attn, lphi, a, gs = ws
-    # one loop per mode, each passing the mode as a constant to the inlined _one (its branches fold away)
-    if mode == MODE_KQ_STABLE:
-        for i in range(tokens.shape[0]):
-            _one(i, MODE_KQ_STABLE, tokens, lengths, targets, weights, BovT, Bkq, losses, lam, logits, gz, attn,
-                 lphi, a, gs)
-    elif mode == MODE_OV_STABLE:
-        for i in range(tokens.shape[0]):
-            _one(i, MODE_OV_STABLE, tokens, lengths, targets, weights, BovT, Bkq, losses, lam, logits, gz, attn,
-                 lphi, a, gs)
-    elif mode == MODE_GRAD:
-        for i in range(tokens.shape[0]):
-            _one(i, MODE_GRAD, tokens, lengths, targets, weights, BovT, Bkq, losses, lam, logits, gz, attn,
-                 lphi, a, gs)
-    else:
-        for i in range(tokens.shape[0]):
-            _one(i, MODE_FORWARD, tokens, lengths, targets, weights, BovT, Bkq, losses, lam, logits, gz, attn,
-                 lphi, a, gs)
-    return _reduce_into(tokens, lengths, weights, mode, losses, lam, gz, attn, gs, GovT, Gkq)
+    _rows(0, tokens.shape[0], mode, tokens, lengths, targets, weights, BovT, Bkq, ws)
+    losses, lam, _, ex, _, gz, attn, _, _, gs = ws
+    return _reduce_into(tokens, lengths, weights, mode, losses, lam, gz, attn, gs, ex, GovT, Gkq)
 
 
 @njit(cache=True, error_model="numpy")
@@ -273,18 +349,20 @@ def pass_serial(tokens, lengths, targets, weights, Bov, Bkq, mode):
     GovT = np.zeros((K, K))
     Gkq = np.zeros((K, K))
     loss, log_scale = _pass(tokens, lengths, targets, weights, Bov.T.copy(), Bkq, mode, ws, GovT, Gkq)
-    return loss, log_scale, ws[0], ws[2], ws[4], GovT.T.copy(), Gkq
+    return loss, log_scale, ws[0], ws[4], ws[6], GovT.T.copy(), Gkq
 
 
 @njit(cache=True, error_model="numpy")
-def _reduce_into(tokens, lengths, weights, mode, losses, lam, gz, attn, gs, GovT, Gkq):
-    """Serial sum of the slots in sentence order into the zeroed GovT = G_ov^T and Gkq; returns
+def _reduce_into(tokens, lengths, weights, mode, losses, lam, gz, attn, gs, c, GovT, Gkq):
+    """Serial sum of the slots in sentence order into the zeroed GovT = G_ov^T and Gkq, with c [N] as
+    scratch for the stable modes' factors c_i = e^{λ_i - Λ} (one exponential loop); returns
     (loss, log_scale) as :func:`reduce`."""
     N = tokens.shape[0]
-    K = gz.shape[1]
     loss = 0.0
     for i in range(N):
         loss += weights[i] * losses[i]
+    if mode == MODE_FORWARD:
+        return loss, 0.0
     log_scale = 0.0
     if mode == MODE_KQ_STABLE or mode == MODE_OV_STABLE:
         log_scale = -np.inf
@@ -293,25 +371,24 @@ def _reduce_into(tokens, lengths, weights, mode, losses, lam, gz, attn, gs, GovT
                 log_scale = lam[i]
         if log_scale == -np.inf:
             return loss, log_scale
+        for i in range(N):
+            c[i] = lam[i] - log_scale if lam[i] > -np.inf else 0.0
+        _exp_inplace(c)
+    else:
+        for i in range(N):
+            c[i] = weights[i]
     for i in range(N):
-        if mode == MODE_GRAD:
-            c_ov = weights[i]
-            c_kq = weights[i]
-        elif mode == MODE_KQ_STABLE or mode == MODE_OV_STABLE:
-            if lam[i] == -np.inf:
-                continue
-            c = vmath.exp(lam[i] - log_scale)
-            c_ov = c if mode == MODE_OV_STABLE else 0.0
-            c_kq = c if mode == MODE_KQ_STABLE else 0.0
-        else:
-            break
+        if mode != MODE_GRAD and lam[i] == -np.inf:
+            continue
+        c_ov = c[i] if mode != MODE_KQ_STABLE else 0.0
+        c_kq = c[i] if mode != MODE_OV_STABLE else 0.0
         L = lengths[i]
         q = tokens[i, L - 1]
         for l in range(L):
             t = tokens[i, l]
             if c_ov != 0.0:
                 f = c_ov * attn[i, l]
-                for v in range(K):
+                for v in range(gz.shape[1]):
                     GovT[t, v] += gz[i, v] * f
             if c_kq != 0.0:
                 Gkq[t, q] += c_kq * gs[i, l]
@@ -320,14 +397,16 @@ def _reduce_into(tokens, lengths, weights, mode, losses, lam, gz, attn, gs, GovT
 
 @njit(cache=True, error_model="numpy")
 def reduce(tokens, lengths, weights, mode, losses, lam, gz, attn, gs):
-    """Serial sum of the slots in sentence order. Returns (loss, log_scale, G_ov [K, K], G_kq [K, K]):
-    loss = Σ_i w_i ℓ_i; in MODE_GRAD the gradients themselves (log_scale 0); in the stable modes the
-    gradient of the named matrix is exp(log_scale) * G (log_scale -inf and G = 0 when it is exactly 0).
+    """Serial sum of the slots of :func:`sentences_parallel` in sentence order. Returns (loss, log_scale,
+    G_ov [K, K], G_kq [K, K]): loss = Σ_i w_i ℓ_i; in MODE_GRAD the gradients themselves (log_scale 0);
+    in the stable modes the gradient of the named matrix is exp(log_scale) * G (log_scale -inf and G = 0
+    when it is exactly 0).
     """
     K = gz.shape[1]
     GovT = np.zeros((K, K))          # G_ov^T: row τ collects column τ of G_ov (unit stride)
     Gkq = np.zeros((K, K))
-    loss, log_scale = _reduce_into(tokens, lengths, weights, mode, losses, lam, gz, attn, gs, GovT, Gkq)
+    loss, log_scale = _reduce_into(tokens, lengths, weights, mode, losses, lam, gz, attn, gs,
+                                   np.empty(tokens.shape[0]), GovT, Gkq)
     return loss, log_scale, GovT.T.copy(), Gkq
 
 
@@ -388,9 +467,9 @@ def accuracy_and_mass(logits, attn, tokens, lengths, targets, xstar):
 
 @njit(cache=True, error_model="numpy")
 def _transpose_into(A, out):
-    n, m = A.shape
-    for r in range(n):
-        for c in range(m):
+    """out = A^T for a square A."""
+    for r in range(A.shape[0]):
+        for c in range(A.shape[1]):
             out[c, r] = A[r, c]
 
 
@@ -403,13 +482,13 @@ def ngd_steps(tokens, lengths, targets, weights, E, onehot, W_ov, W_kq, train_kq
     W ← W − η G/‖G‖_F with G the gradient of the trained matrix from a pass in ``mode`` (MODE_GRAD,
     naive, or the stable mode of that matrix). At each t it first records the current iterate W into
     W_hist[t - t0] and its metrics loss, accuracy, attn_opt (mass on ``xstar``) at index t (the caller
-    forms norms and correlations from W_hist with NumPy); at t == T it only records them (forward pass). E [d, K] with ``onehot`` (E = I, no basis
-    change). Returns the step t at which G was exactly zero (W not updated, loop stopped), else -1.
+    forms norms and correlations from W_hist with NumPy); at t == T it only records them (forward
+    pass). E [d, K] with ``onehot`` (E = I, no basis change). Returns the step t at which G was exactly zero (W not updated, loop stopped), else -1.
     """
     N, Lmax = tokens.shape
     d, K = E.shape
     ws = slots(N, Lmax, K)
-    logits, attn = ws[2], ws[4]
+    logits, attn = ws[4], ws[6]
     W = W_kq if train_kq else W_ov
     BovT = np.empty((K, K))
     Bkq = W_kq if onehot else token_matrix(E, W_kq)
