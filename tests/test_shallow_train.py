@@ -166,3 +166,28 @@ def test_trajectories_agree_across_backends(rng, model):
     a, b = (proj_gd(model, X, y, theta, backend=backend, **kw) for backend in ("numba", "numpy"))
     np.testing.assert_allclose(a.train_loss, b.train_loss, rtol=1e-9)
     assert np.all(np.diff(a.train_loss) < 0)  # a smooth (non-chaotic) trajectory
+
+
+def test_validated_batches_serve_new_parameters_and_need_targets_for_the_loss(rng):
+    from ntpref.shallow.model import batch, batch_forward, batch_loss_and_grad
+    from ntpref.shallow.rnn import rnn_batch, rnn_batch_forward, rnn_batch_loss_and_grad
+    X, y = data(rng)
+    b = batch(X, y, tau_att=0.5, mask_last_key=True)
+    rb = rnn_batch(X, y, activation="erf")
+    for seed in (1, 2):                                     # one validated batch, new parameters each time
+        params = iid_init(4, 3, seed=seed)
+        expected = loss_and_grad(X, y, *params, kappa=1.0, tau_att=0.5, mask_last_key=True)
+        for got, want in zip(batch_loss_and_grad(b, *params, kappa=1.0), expected):
+            assert np.array_equal(got, want)
+        assert np.array_equal(batch_forward(b, *params), forward(X, *params, tau_att=0.5, mask_last_key=True))
+        c, u, W_in = rnn_paired_init(4, 3, seed=seed)
+        for got, want in zip(rnn_batch_loss_and_grad(rb, c, u, W_in), rnn_loss_and_grad(X, y, c, u, W_in,
+                                                                                        activation="erf")):
+            assert np.array_equal(got, want)
+        assert np.array_equal(rnn_batch_forward(rb, c, u, W_in), rnn_forward(X, c, u, W_in, activation="erf"))
+    with pytest.raises(InputError, match="'y'"):
+        batch_loss_and_grad(batch(X), *iid_init(4, 3, seed=1))
+    with pytest.raises(InputError, match="'y'"):
+        rnn_batch_loss_and_grad(rnn_batch(X), *rnn_paired_init(4, 3, seed=1))
+    with pytest.raises(InputError, match="'W'"):                 # parameters are still checked per call
+        batch_forward(b, np.ones(4), np.ones((4, 3)), np.ones((4, 2, 2)))

@@ -115,6 +115,7 @@ def proj_gd(model: str, X, y, params: Sequence[np.ndarray], *, eta, steps, rho=N
     radii = head_radii(rho, m, len(spec.blocks))
     if (X_val is None) != (y_val is None):
         raise InputError("validation data needs both 'X_val' and 'y_val'")
+    val = None
     if X_val is not None:
         X_val = check_X(X_val, "X_val")
         if X_val.shape[2] != data.X.shape[2]:
@@ -135,7 +136,7 @@ def proj_gd(model: str, X, y, params: Sequence[np.ndarray], *, eta, steps, rho=N
 
     centre = tuple(p.copy() for p in theta)
     train_loss = np.empty(steps)
-    val_loss = None if X_val is None else np.empty(steps)
+    val_loss = None if val is None else np.empty(steps)
     norms = np.empty((len(spec.blocks), steps))
     for t in range(steps):
         try:
