@@ -5,9 +5,11 @@ import numpy as np
 import pytest
 
 from ntpref.errors import InputError
-from ntpref.shallow.model import forward, iid_init, loss_and_grad, loss_from_outputs, paired_init
+from ntpref.shallow.model import (batch, batch_forward, batch_loss_and_grad, forward, iid_init, loss_and_grad,
+                                  loss_from_outputs, paired_init)
 from ntpref.shallow.projection import head_radii, project, project_block
-from ntpref.shallow.rnn import rnn_forward, rnn_loss_and_grad, rnn_paired_init
+from ntpref.shallow.rnn import (rnn_batch, rnn_batch_forward, rnn_batch_loss_and_grad, rnn_forward,
+                                rnn_loss_and_grad, rnn_paired_init)
 from ntpref.shallow.train import proj_gd
 
 
@@ -169,8 +171,6 @@ def test_trajectories_agree_across_backends(rng, model):
 
 
 def test_validated_batches_serve_new_parameters_and_need_targets_for_the_loss(rng):
-    from ntpref.shallow.model import batch, batch_forward, batch_loss_and_grad
-    from ntpref.shallow.rnn import rnn_batch, rnn_batch_forward, rnn_batch_loss_and_grad
     X, y = data(rng)
     b = batch(X, y, tau_att=0.5, mask_last_key=True)
     rb = rnn_batch(X, y, activation="erf")
