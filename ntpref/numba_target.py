@@ -13,8 +13,8 @@ bitwise).
 
 Numba reads the target features from ``NUMBA_CPU_FEATURES`` when it creates its code generator (at
 the first compilation or cache load of the process). :func:`use_full_vector_width` sets that variable
-to the host's features plus ``-prefer-256-bit``, unless the user has set it, or the host has no
-AVX-512; ``import ntpref`` calls it before any ntpref module imports Numba. A process that compiled
+to the host's features plus ``-prefer-256-bit``, unless the user has set it (or turned AVX off with
+``NUMBA_ENABLE_AVX=0``), or the host has no AVX-512; ``import ntpref`` calls it before any ntpref module imports Numba. A process that compiled
 other Numba code before importing ntpref keeps Numba's default (256-bit vectors, same results).
 Numba's cache keys include the feature string, so both settings keep separate cache entries.
 """
@@ -25,18 +25,23 @@ PREFER_256 = "-prefer-256-bit"
 
 
 def full_width_features() -> str | None:
-    """The host's LLVM feature string with ``-prefer-256-bit`` appended, or None without AVX-512."""
+    """The host's LLVM feature string with ``-prefer-256-bit`` appended, or None without AVX-512 (or when
+    LLVM cannot read the host's features)."""
     import llvmlite.binding as llvm
 
-    features = llvm.get_host_cpu_features().flatten()
+    try:
+        features = llvm.get_host_cpu_features().flatten()
+    except RuntimeError:
+        return None
     if "+avx512f" not in features.split(","):
         return None
     return f"{features},{PREFER_256}"
 
 
 def use_full_vector_width() -> None:
-    """Set ``NUMBA_CPU_FEATURES`` to :func:`full_width_features` (module docstring) unless it is set."""
-    if "NUMBA_CPU_FEATURES" in os.environ:
+    """Set ``NUMBA_CPU_FEATURES`` to :func:`full_width_features` (module docstring) unless it is set, or
+    the user turned AVX off with ``NUMBA_ENABLE_AVX=0``."""
+    if "NUMBA_CPU_FEATURES" in os.environ or os.environ.get("NUMBA_ENABLE_AVX", "").strip() == "0":
         return
     features = full_width_features()
     if features is None:

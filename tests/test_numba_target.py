@@ -61,14 +61,19 @@ def test_vector_width_leaves_every_result_bitwise_unchanged(tmp_path):
 def test_import_sets_the_features_unless_the_user_did(monkeypatch):
     wide = numba_target.full_width_features()
     monkeypatch.delenv("NUMBA_CPU_FEATURES", raising=False)
+    monkeypatch.delenv("NUMBA_ENABLE_AVX", raising=False)
     numba_target.use_full_vector_width()
     assert os.environ.get("NUMBA_CPU_FEATURES") == wide
     monkeypatch.setenv("NUMBA_CPU_FEATURES", "+sse2")
     numba_target.use_full_vector_width()
     assert os.environ["NUMBA_CPU_FEATURES"] == "+sse2"
+    monkeypatch.delenv("NUMBA_CPU_FEATURES")
+    monkeypatch.setenv("NUMBA_ENABLE_AVX", "0")                # the user turned AVX off: leave it off
+    numba_target.use_full_vector_width()
+    assert "NUMBA_CPU_FEATURES" not in os.environ
 
 
-def test_no_avx512_means_no_change(monkeypatch):
+def test_no_avx512_or_unreadable_features_mean_no_change(monkeypatch):
     import llvmlite.binding as llvm
 
     class Features(dict):
@@ -76,6 +81,12 @@ def test_no_avx512_means_no_change(monkeypatch):
             return "+avx2,+fma,-avx512f"
 
     monkeypatch.setattr(llvm, "get_host_cpu_features", lambda: Features())
+    assert numba_target.full_width_features() is None
+
+    def unreadable():
+        raise RuntimeError("failed to get host cpu features")
+
+    monkeypatch.setattr(llvm, "get_host_cpu_features", unreadable)
     assert numba_target.full_width_features() is None
     monkeypatch.delenv("NUMBA_CPU_FEATURES", raising=False)
     numba_target.use_full_vector_width()
