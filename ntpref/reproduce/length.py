@@ -17,12 +17,13 @@ ProjGD with η = 1.75/√steps, ρ = 3, min training MSE over the steps).
 The cells carry ``sweep``, so the one setting the two sweeps share (T = 16, m = m_T, all samples) is
 computed once per sweep (one extra cell per seed) and each sweep's files stay self-describing.
 
-Run time, measured on the 2-core machine (shared, load ≈ 2) with --workers 2, 1 Numba thread per worker:
-  quick (:data:`SIZES`): 93 s wall, 176 CPU-s.
-  a ProjGD step on 4000 samples costs ≈ 10 + 0.58·m ms CPU at T = 16 (see :mod:`ntpref.reproduce.width`);
-  at m = 64 it is 21 ms at T = 4 and 165 ms at T = 64, and it scales with the number of training samples.
-  full: T sweep ≈ 4000 · 0.32 s ≈ 1300 CPU-s per seed, n sweep ≈ 4000 · 1.7 · 0.35 s ≈ 2400 CPU-s per
-  seed, ≈ 10 CPU-hours for 10 seeds, ≈ 5 hours of wall time with --workers 2 (estimated, not run).
+Run time, measured on the 2-core machine (idle) with --workers 2, 1 Numba thread per worker:
+  quick (:data:`SIZES`): 76 s wall.
+  a ProjGD step on 4000 samples at T = 16 costs 0.20 s CPU summed over the six widths (see
+  :mod:`ntpref.reproduce.width`); at m = 64 it is 10, 14, 23, 41 and 91 ms at T = 4, 8, 16, 32, 64
+  (0.18 s in all), and it scales with the number of training samples.
+  full: T sweep ≈ 4000 · 0.18 s ≈ 720 CPU-s per seed, n sweep ≈ 4000 · 1.7 · 0.20 s ≈ 1350 CPU-s per
+  seed, ≈ 5.7 CPU-hours for 10 seeds, ≈ 3 hours of wall time with --workers 2 (estimated, not run).
 """
 from __future__ import annotations
 

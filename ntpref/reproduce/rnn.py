@@ -13,12 +13,13 @@ block at every step (‖∇_W L‖_F for the transformer, ‖∇_u L‖ for the 
 A run whose loss or parameters become non-finite is recorded as diverged (NaN metrics, ``diverged`` = 1)
 instead of failing the sweep.
 
-Run time, measured on the 2-core machine (shared, load ≈ 2) with --workers 2, 1 Numba thread per worker:
-  quick (:data:`SIZES`): 103 s wall, 194 CPU-s.
-  one GD step on 4000 training + 1000 validation windows, m = 64 (T = L + 1): transformer ≈ 0.047 +
-  0.0034·T CPU-s (0.064 at L = 4, 0.375 at L = 96), IndRNN ≈ 0.004·T (0.015 and 0.385).
-  full (20 seeds, lags 4, 16, 72, 96, both models, 5000 steps): ≈ 20 · 5000 · 1.6 s ≈ 160,000 CPU-s ≈
-  44 CPU-hours, ≈ 22 hours of wall time with --workers 2 (estimated, not run; the 160 cells are
+Run time, measured on the 2-core machine (idle) with --workers 2, 1 Numba thread per worker:
+  quick (:data:`SIZES`): 70 s wall.
+  one GD step on 4000 training + 1000 validation windows, m = 64 (T = L + 1), 1 thread: transformer
+  0.029, 0.055, 0.23 and 0.33 CPU-s at L = 4, 16, 72, 96, IndRNN 0.008, 0.024, 0.13 and 0.20 (1.0 s for
+  all eight).
+  full (20 seeds, lags 4, 16, 72, 96, both models, 5000 steps): ≈ 20 · 5000 · 1.0 s ≈ 100,000 CPU-s ≈
+  28 CPU-hours, ≈ 14 hours of wall time with --workers 2 (estimated, not run; the 160 cells are
   independent, so a Dask cluster divides it).
 """
 from __future__ import annotations

@@ -16,14 +16,14 @@ Teacher reuse. Every width of a seed trains on the same data set, built once per
 :func:`ntpref.reproduce.common.teacher_data` (in-memory cache; the full teacher, K = 8192 at n = 5000,
 costs about 27 CPU-s, ~2% of the full sweep).
 
-Run time, measured on this project's 2-core machine (shared with other jobs, load ≈ 2) with --workers 2
-and 1 Numba thread per worker (:func:`ntpref.sweep.worker_threads`):
-  quick (:data:`SIZES`): 111 s wall, 157 CPU-s.
-  one ProjGD step on 4000 samples, T = 16: ≈ 10 + 0.58·m ms CPU (12 ms at m = 8, 35 at m = 64, 158 at
-  m = 256); on 800 samples about a fifth of that.
-  full (10 seeds × m ∈ {8..256} × 4000 steps): ≈ 4000 · (6 · 10 + 0.58 · 504) ms ≈ 1400 CPU-s per seed
-  (+14 CPU-s for its teacher), ≈ 3.9 CPU-hours, ≈ 2 hours of wall time with --workers 2 (estimated from
-  the per-step times, not run).
+Run time, measured on this project's 2-core machine (idle) with --workers 2 and 1 Numba thread per
+worker (:func:`ntpref.sweep.worker_threads`):
+  quick (:data:`SIZES`): 66 s wall.
+  one ProjGD step on 4000 samples, T = 16, 1 thread: 8, 9, 13, 23, 42 and 103 ms CPU at m = 8, 16, 32,
+  64, 128, 256 (0.20 s for the six widths); on 800 samples about a fifth of that.
+  full (10 seeds × m ∈ {8..256} × 4000 steps): ≈ 4000 · 0.20 s ≈ 800 CPU-s per seed (+14 CPU-s for its
+  teacher), ≈ 2.2 CPU-hours, ≈ 1.1 hours of wall time with --workers 2 (estimated from the per-step
+  times, not run).
 """
 from __future__ import annotations
 
