@@ -7,7 +7,7 @@ sentence τ_1..τ_L with query q = τ_L has
 
 and the gradients are E G_ov E^T, E G_kq E^T with token-space G's (column τ_l of G_ov gets g_z φ_l,
 entry [τ_l, q] of G_kq gets g_s,l). For E = I (one-hot) B = W and no transform is needed; otherwise
-:func:`token_matrix` / :func:`embed_matrix` do the two changes of basis.
+:func:`congruence` does the two changes of basis (E^T W E and E G E^T).
 
 A sentence set carries weights w_i (1/N for Eq. 1; the normalised collocation weights for L0, whose
 sentences are the one-token sentences [x] with target n(x)). :func:`pass_serial` (one call; or
@@ -78,42 +78,23 @@ BLOCK = 64         # sentences per work item of the parallel driver
 
 
 @njit(cache=True, error_model="numpy")
-def token_matrix(E, W):
-    """E^T W E [K, K] for E [d, K], W [d, d] (explicit loops)."""
-    d, K = E.shape
-    T = np.zeros((d, K))
-    for a in range(d):
-        for b in range(d):
-            wab = W[a, b]
-            for v in range(K):
-                T[a, v] += wab * E[b, v]
-    B = np.zeros((K, K))
-    for a in range(d):
-        for u in range(K):
-            eau = E[a, u]
-            for v in range(K):
-                B[u, v] += eau * T[a, v]
+def congruence(A, M):
+    """A^T M A [q, q] for A [p, q], M [p, p] (explicit loops: T = M A, then A^T T). Both changes of basis:
+    B = E^T W E is congruence(E, W) (E [d, K]), and E G E^T is congruence(E^T, G)."""
+    p, q = A.shape
+    T = np.zeros((p, q))
+    for a in range(p):
+        for b in range(p):
+            mab = M[a, b]
+            for v in range(q):
+                T[a, v] += mab * A[b, v]
+    B = np.zeros((q, q))
+    for a in range(p):
+        for u in range(q):
+            aau = A[a, u]
+            for v in range(q):
+                B[u, v] += aau * T[a, v]
     return B
-
-
-@njit(cache=True, error_model="numpy")
-def embed_matrix(E, G):
-    """E G E^T [d, d] for E [d, K], G [K, K] (explicit loops)."""
-    d, K = E.shape
-    T = np.zeros((d, K))
-    for a in range(d):
-        for u in range(K):
-            eau = E[a, u]
-            for v in range(K):
-                T[a, v] += eau * G[u, v]
-    out = np.zeros((d, d))
-    for a in range(d):
-        for b in range(d):
-            acc = 0.0
-            for v in range(K):
-                acc += T[a, v] * E[b, v]
-            out[a, b] = acc
-    return out
 
 
 @njit(cache=True, error_model="numpy", inline="always")
@@ -487,22 +468,23 @@ def ngd_steps(tokens, lengths, targets, weights, E, onehot, W_ov, W_kq, train_kq
     """
     N, Lmax = tokens.shape
     d, K = E.shape
+    ET = E.T.copy()                          # E^T [K, d]: G → E G E^T = congruence(E^T, G)
     ws = slots(N, Lmax, K)
     logits, attn = ws[4], ws[6]
     W = W_kq if train_kq else W_ov
     BovT = np.empty((K, K))
-    Bkq = W_kq if onehot else token_matrix(E, W_kq)
+    Bkq = W_kq if onehot else congruence(E, W_kq)
     if train_kq:
-        _transpose_into(W_ov if onehot else token_matrix(E, W_ov), BovT)
+        _transpose_into(W_ov if onehot else congruence(E, W_ov), BovT)
     GovT = np.empty((K, K))
     Gkq = np.empty((K, K))
     G_ov = np.empty((K, K))
     u = np.empty((d, d))
     for t in range(t0, t1):
         if train_kq and not onehot:
-            Bkq = token_matrix(E, W_kq)
+            Bkq = congruence(E, W_kq)
         if not train_kq:
-            _transpose_into(W_ov if onehot else token_matrix(E, W_ov), BovT)
+            _transpose_into(W_ov if onehot else congruence(E, W_ov), BovT)
         GovT[:] = 0.0
         Gkq[:] = 0.0
         m = MODE_FORWARD if t == T else mode
@@ -517,7 +499,7 @@ def ngd_steps(tokens, lengths, targets, weights, E, onehot, W_ov, W_kq, train_kq
             _transpose_into(GovT, G_ov)
             G = G_ov
         if not onehot:
-            G = embed_matrix(E, G)
+            G = congruence(ET, G)
         if _unit_into(G, log_scale, u) == -np.inf:
             return t
         for r in range(d):

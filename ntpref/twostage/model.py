@@ -253,10 +253,11 @@ def _run(prep: Prepared, W_ov, W_kq, mode: int, backend: str):
     if prep.onehot:
         Bov, Bkq = W_ov, W_kq
     else:
-        Bov, Bkq = kernels.token_matrix(prep.E, W_ov), kernels.token_matrix(prep.E, W_kq)
+        Bov, Bkq = kernels.congruence(prep.E, W_ov), kernels.congruence(prep.E, W_kq)
     loss, log_scale, losses, logits, attn, G_ov, G_kq = _numba_pass(prep, Bov, Bkq, mode)
     if not prep.onehot:
-        G_ov, G_kq = kernels.embed_matrix(prep.E, G_ov), kernels.embed_matrix(prep.E, G_kq)
+        ET = np.ascontiguousarray(prep.E.T)
+        G_ov, G_kq = kernels.congruence(ET, G_ov), kernels.congruence(ET, G_kq)
     return loss, log_scale, losses, logits, attn, G_ov, G_kq
 
 
@@ -373,5 +374,5 @@ def ideal_ff_loss(ds: Dataset, W_kq, lam, backend: str = "numba") -> float:
         z = lam / np.sqrt((succ >= 0).sum() * (K - 1) / K) * (psi - psi_C / K)   # λ'(ψ_v - ψ_C/K)
         losses = _np_output(z, prep.targets)[0]
         return float(prep.weights @ losses)
-    Bkq = W_kq if prep.onehot else kernels.token_matrix(prep.E, W_kq)
+    Bkq = W_kq if prep.onehot else kernels.congruence(prep.E, W_kq)
     return float(_numba_pass(prep, B, Bkq, kernels.MODE_FORWARD)[0])
