@@ -36,7 +36,8 @@ class ModelAdapter:
     """What the trainer needs to know about a model.
 
     blocks: parameter names in call order (each [m, ...], head first); options: keyword options of
-    ``batch(X, y=None, **options, backend=)``, which validates the data once; ``forward(batch, *params)``
+    ``batch(X, y=None, **options, backend=)``, which validates the data once (a NamedTuple with fields X
+    and y, so ProjSGD takes rows of it without validating again); ``forward(batch, *params)``
     gives the outputs f [n] and ``loss_and_grad(batch, *params, kappa=)`` gives (f, loss, *grads) in block
     order; ``logged``: the block whose gradient norm the interchange contract reports.
     """
@@ -145,7 +146,7 @@ def proj_gd(model: str, X, y, params: Sequence[np.ndarray], *, eta, steps, rho=N
                     _, train_loss[t], *grads = spec.loss_and_grad(data, *theta, kappa=kappa)
                 else:
                     idx = rng.integers(0, n, size=batch)
-                    mini = spec.batch(data.X[idx], data.y[idx], backend=backend, **options)
+                    mini = data._replace(X=data.X[idx], y=data.y[idx])   # rows of validated data
                     _, _, *grads = spec.loss_and_grad(mini, *theta, kappa=kappa)
                     train_loss[t] = loss_at(data, theta)
                 for b, g in enumerate(grads):
