@@ -21,7 +21,12 @@ setup(
         "tabulate>=0.9,<0.11",
     ],
     extras_require={
-        "test": ["pytest>=8,<10", "hypothesis>=6.100,<7", "dask[distributed]>=2024.8"],
+        # every module the tests import (torch and jax excepted: those tests skip, with a reason, without
+        # the crosscheck extra)
+        "test": [
+            "pytest>=8,<10", "hypothesis>=6.100,<7", "mpmath>=1.3,<2", "matplotlib>=3.8,<4",
+            "dask[distributed]>=2024.8", "cloudpickle>=3",
+        ],
         "plot": ["matplotlib>=3.8,<4"],
         "crosscheck": ["torch==2.13.0", "jax>=0.4.30,<0.13", "jaxlib>=0.4.30,<0.13"],
         "dist": ["dask[distributed]>=2024.8"],

@@ -8,23 +8,26 @@ import time
 class Progress:
     """Callable ``progress(label, done, total)`` that prints at most every ``every`` seconds.
 
-    The last call of a label (``done == total``) always prints, once. ``enabled=False`` prints nothing,
-    so library code can take one unconditionally.
+    The first call always prints, whatever the clock reads; so does the last call of a label
+    (``done == total``), once. ``enabled=False`` prints nothing, so library code can take one
+    unconditionally. ``clock`` returns seconds (``time.perf_counter`` unless given, e.g. a fake clock in
+    tests).
     """
 
-    def __init__(self, enabled: bool = True, every: float = 2.0, stream=None):
-        self.enabled, self.every = enabled, every
+    def __init__(self, enabled: bool = True, every: float = 2.0, stream=None, clock=time.perf_counter):
+        self.enabled, self.every, self.clock = enabled, every, clock
         self.stream = stream if stream is not None else sys.stderr
         self._start: dict[str, float] = {}
         self._printed: dict[str, int] = {}
-        self._last = 0.0
+        self._last: float | None = None  # time of the last printed line; None until the first
 
     def __call__(self, label: str, done: int, total: int) -> None:
         if not self.enabled:
             return
-        now = time.perf_counter()
+        now = self.clock()
         start = self._start.setdefault(label, now)
-        if (done < total and now - self._last < self.every) or self._printed.get(label) == done:
+        throttled = self._last is not None and now - self._last < self.every
+        if (done < total and throttled) or self._printed.get(label) == done:
             return
         self._printed[label] = done
         self._last = now

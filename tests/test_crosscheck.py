@@ -2,7 +2,8 @@
 
 Each script restates the models with its framework's autograd and must reproduce every reference case
 (exit 0, every case in the table); a tampered expected file must make it exit 1 naming the case and
-array; usage errors exit 2. Skipped with a reason when the framework or the reference runs are absent.
+array; usage errors exit 2. Skipped with a reason when the framework or the reference runs are absent, except under
+NTPREF_CROSSCHECK_REQUIRED=1, where a missing framework is a failure.
 """
 import json
 import os
@@ -30,6 +31,9 @@ def _manifest():
 
 
 def _need(framework):
+    """Skip without the framework, unless NTPREF_CROSSCHECK_REQUIRED is set (CI): then its absence fails."""
+    if os.environ.get("NTPREF_CROSSCHECK_REQUIRED"):
+        __import__(framework)
     pytest.importorskip(framework, reason=f"{framework} is not installed (pip install ntpref[crosscheck])")
 
 

@@ -90,3 +90,22 @@ def test_progress_throttles_and_prints_completion_once():
     p("stage 2", 10, 10)
     lines = out.getvalue().splitlines()
     assert [ln.split(" (")[0] for ln in lines] == ["stage 2: 0/10", "stage 2: 10/10"]
+
+
+def test_progress_prints_first_line_on_a_clock_that_starts_near_zero():
+    """perf_counter counts from boot, so on a machine up for less than ``every`` seconds the clock is
+    small; the first line must still print, and the throttle then applies from that line."""
+    import io
+
+    from ntpref.progress import Progress
+
+    now = [0.5]
+    out = io.StringIO()
+    p = Progress(every=3600, stream=out, clock=lambda: now[0])
+    p("stage 1", 1, 10)
+    now[0] = 100.0
+    p("stage 1", 2, 10)          # 99.5 s after the first line: throttled
+    now[0] = 3601.0
+    p("stage 1", 3, 10)          # past `every`: prints
+    lines = [ln.split(" (")[0] for ln in out.getvalue().splitlines()]
+    assert lines == ["stage 1: 1/10", "stage 1: 3/10"]

@@ -6,10 +6,8 @@ import math
 import numpy as np
 import pytest
 
-pytest.importorskip("matplotlib")
-
-from ntpref.reproduce import approx, common, length, rnn, width  # noqa: E402
-from ntpref.sweep import load_results, run_sweep  # noqa: E402
+from ntpref.reproduce import approx, common, length, rnn, width
+from ntpref.sweep import load_results, run_sweep
 
 
 @pytest.fixture(autouse=True)

@@ -1,4 +1,4 @@
-"""Issue 7, faults: result files are written atomically, interrupted sweeps resume.
+"""Faults: result files are written atomically, interrupted sweeps resume.
 
 Real subprocesses are killed with SIGKILL (no cleanup code runs) at random moments, including while the
 temporary file of the result is being written; the result file must then be absent / the old complete

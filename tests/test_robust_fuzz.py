@@ -1,4 +1,4 @@
-"""Issue 7: property-based fuzzing of the command line with random malformed input files.
+"""Property-based fuzzing of the command line with random malformed input files.
 
 Hypothesis drives the mutation engine of scripts/fuzz_cli.py (valid inputs of all three models, then
 dtype / shape / NaN / name / value mutations and byte-level damage); ``ntpref.cli.main`` runs in-process.
@@ -10,10 +10,8 @@ import tempfile
 from pathlib import Path
 
 import pytest
-
-hypothesis = pytest.importorskip("hypothesis")
-from hypothesis import HealthCheck, given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 _spec = importlib.util.spec_from_file_location("fuzz_cli", Path(__file__).parents[1] / "scripts" / "fuzz_cli.py")
 fuzz_cli = importlib.util.module_from_spec(_spec)

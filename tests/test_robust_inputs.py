@@ -1,4 +1,4 @@
-"""Issue 7, bad input: every command and public function fails at the boundary with one clear line.
+"""Bad input: every command and public function fails at the boundary with one clear line.
 
 Command line cases run ``ntpref.cli.main`` in-process and check exit status 2, exactly one stderr line
 "ntpref: error: ..." naming the file and the array or option, no traceback, and no output file.

@@ -1,4 +1,4 @@
-"""Issue 7, numerical extremes: no NaN or inf for finite input, clean stops, linear memory.
+"""Numerical extremes: no NaN or inf for finite input, clean stops, linear memory.
 
 Saturated softmax (very large weights) in both models, tiny gradients late in normalized GD (the stable
 direction), exactly zero gradients (a clean stop with a reason), long sequences (T = 1024) and wide models

@@ -1,4 +1,4 @@
-"""Issue 7: property-based tests over random shapes and scales, for all three models.
+"""Property-based tests over random shapes and scales, for all three models.
 
 For every drawn problem: the closed-form gradient matches a central finite difference along a random
 direction, the numba and numpy backends agree (rtol 1e-10), and the numba backend is bitwise identical
@@ -7,15 +7,13 @@ with 1 and 2 threads.
 import numba
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-pytest.importorskip("hypothesis")
-from hypothesis import given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
-
-from ntpref.shallow.model import loss_and_grad  # noqa: E402
-from ntpref.shallow.rnn import rnn_loss_and_grad  # noqa: E402
-from ntpref.twostage import model as tm  # noqa: E402
-from ntpref.twostage.data import Dataset  # noqa: E402
+from ntpref.shallow.model import loss_and_grad
+from ntpref.shallow.rnn import rnn_loss_and_grad
+from ntpref.twostage import model as tm
+from ntpref.twostage.data import Dataset
 
 SETTINGS = settings(max_examples=25, deadline=None, derandomize=True)
 THREADS = [t for t in (1, 2) if t <= numba.config.NUMBA_NUM_THREADS]

@@ -75,7 +75,6 @@ def test_process_pool(tmp_path):
 
 
 def test_dask_local_cluster(tmp_path):
-    pytest.importorskip("distributed", reason="the dist extra (dask[distributed]) is not installed")
     import cloudpickle
 
     cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers need not import the tests
