@@ -1,10 +1,14 @@
-"""Generalization of a trained model to unseen sentences (spec/twostage.md §6, §7 "generalization").
+"""Generalization of a trained model to unseen sentences (docs/twostage.md §6, §7 "generalization").
 
 The sentences come from :func:`ntpref.twostage.data.unseen_sentences`, split into
 
   determined     the extended order >_q^ext (transitive closure of the observed relations) makes one token x̂
                  of the sentence greater than every other one; target n(x̂). Theory: attention concentrates
                  on x̂ and the model predicts n(x̂).
+  closure_only   the determined sentences in which x̂ is above at least one other token v only through the
+                 closure: (x̂, v) is not an observed relation of R_q, so deciding the maximum needs at least one
+                 transitive step x̂ > w > ... > v (:func:`needs_transitive_step`). The others are decided by
+                 pairs observed directly in training.
   noncomparable  the closure leaves the maximum open; x̂ is the token the split chose (the hidden-order
                  maximum when ``orders`` was given, else the leftmost closure-maximal token). No guarantee.
 
@@ -14,7 +18,7 @@ target (unique when the successors are distinguishable, e.g. n a permutation).
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -22,7 +26,7 @@ import numpy as np
 from ..checks import as_int, check_backend
 from ..progress import silent
 from . import model
-from .data import Dataset, UnseenSplit, optimal_tokens
+from .data import Dataset, UnseenSplit, observed_relations, optimal_tokens
 from .train import TwoStageResult, prediction_metrics, two_stage
 
 PARTS = ("determined", "noncomparable")
@@ -55,14 +59,38 @@ def evaluate_unseen(split: UnseenSplit, W_ov, W_kq, backend: str = "numba") -> d
             for part in PARTS}
 
 
+def needs_transitive_step(ds: Dataset, part: Dataset) -> np.ndarray:
+    """[part.N] bool: sentence i of ``part`` needs a transitive step, i.e. its x̂ (the token whose successor is
+    its target) has some other distinct token v of the sentence with (x̂, v) not in R_q, the observed relations
+    of the training set ``ds`` for the sentence's query q. On closure-determined sentences (x̂ >_q^ext v for
+    every v) these are the ones decided only through the closure."""
+    R = observed_relations(ds)
+    xhat = optimal_tokens(part)
+    queries = part.queries
+    return np.array([any((int(xhat[i]), v) not in R.get(int(queries[i]), ()) for v in
+                         np.unique(part.sentence(i)).tolist() if v != xhat[i]) for i in range(part.N)], dtype=bool)
+
+
+def unseen_parts(ds: Dataset, split: UnseenSplit, prefix: str = "") -> dict[str, Dataset | None]:
+    """{prefix + "determined", prefix + "closure_only", prefix + "noncomparable"}: the parts of ``split`` (unseen
+    sentences of the training set ``ds``) with the closure-only subset of the determined ones; None for an
+    empty part."""
+    closure_only = None
+    if split.determined is not None:
+        mask = needs_transitive_step(ds, split.determined)
+        closure_only = split.determined.subset(mask) if mask.any() else None
+    return {f"{prefix}determined": split.determined, f"{prefix}closure_only": closure_only,
+            f"{prefix}noncomparable": split.noncomparable}
+
+
 @dataclass(frozen=True, eq=False)
 class GeneralizationCurve:
     """Generalization metrics over stage-2 training time.
 
     steps    [n] int64 stage-2 steps t (W_kq after t updates, W_ov frozen)
-    curves   {part: {metric: [n] float64}} for part in "determined", "noncomparable", "train" (the training
-             sentences, x̂ = x*) and metric in "accuracy", "attn_max", "p_target"; a part without sentences
-             is absent
+    curves   {part: {metric: [n] float64}} for part in "train" (the training sentences, x̂ = x*) and the
+             parts of the split ("determined", "noncomparable" for an UnseenSplit, else the names given), and
+             metric in "accuracy", "attn_max", "p_target"; a part without sentences is absent
     sizes    {part: number of sentences}
     result   the :class:`~ntpref.twostage.train.TwoStageResult` of the run (W_kq snapshots at ``steps``)
     """
@@ -73,14 +101,17 @@ class GeneralizationCurve:
     result: TwoStageResult
 
 
-def generalization_curve(ds: Dataset, split: UnseenSplit, steps: Sequence[int], *, backend: str = "numba",
-                         progress: Callable[[str, int, int], None] = silent, **two_stage_options) -> GeneralizationCurve:
-    """Train with :func:`~ntpref.twostage.train.two_stage` on ``ds`` and evaluate the training sentences and both
-    parts of ``split`` at every stage-2 step in ``steps`` (0..T). ``two_stage_options`` go to two_stage
-    (eta0, eta, T0, T, direction, ...)."""
+def generalization_curve(ds: Dataset, split: UnseenSplit | Mapping[str, Dataset | None], steps: Sequence[int], *,
+                         backend: str = "numba", progress: Callable[[str, int, int], None] = silent,
+                         **two_stage_options) -> GeneralizationCurve:
+    """Train with :func:`~ntpref.twostage.train.two_stage` on ``ds`` and evaluate the training sentences and the
+    parts of ``split`` at every stage-2 step in ``steps`` (0..T). ``split``: an UnseenSplit (its two parts) or
+    {name: Dataset | None} (e.g. from :func:`unseen_parts`; None parts are skipped). ``two_stage_options`` go to
+    two_stage (eta0, eta, T0, T, direction, ...)."""
     steps = np.unique(as_int("steps", np.asarray(list(steps), dtype=np.int64), (None,), low=0))
     result = two_stage(ds, snapshots=steps.tolist(), backend=backend, progress=progress, **two_stage_options)
-    parts = {"train": ds, **{p: getattr(split, p) for p in PARTS if getattr(split, p) is not None}}
+    named = {p: getattr(split, p) for p in PARTS} if isinstance(split, UnseenSplit) else dict(split)
+    parts = {"train": ds, **{p: part for p, part in named.items() if part is not None}}
     curves = {p: {k: np.empty(steps.size) for k in METRICS} for p in parts}
     for j, t in enumerate(steps.tolist()):
         for p, part in parts.items():
