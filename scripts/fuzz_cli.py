@@ -1,16 +1,23 @@
-"""Fuzz the ``ntpref eval`` / ``ntpref train`` command line with malformed input files.
+"""Fuzz the ``ntpref eval`` / ``ntpref train`` command line with malformed input files and awkward outputs.
 
 Every generated input starts from a valid input of one of the three models (twostage, shallow, indrnn;
 eval and train) and applies one to three mutations: array-level (dtype changes, shape and rank changes,
 NaN / inf injection, out-of-range values, removed, renamed or unknown arrays, a wrong model name or
 option, object arrays) and file-level (byte flips, truncation, appended or prepended garbage, random
-bytes, a lying zip directory, a zip bomb, raw non-.npy members, a plain .npy file). ``ntpref.cli.main``
-is called in-process and the outcome classified:
+bytes, a lying zip directory, a zip bomb, raw non-.npy members, a plain .npy file, a member stored twice,
+too many members, zero-byte dtypes, truncated or lying .npy headers, bytes after an array's data).
+``ntpref.cli.main`` is called in-process and the outcome classified:
 
   accepted  exit 0, the output file exists, loads, and every output array is finite
   rejected  exit 2, exactly one stderr line starting "ntpref: error:", no output file written
   crash     anything else: an "internal error", a traceback / escaped exception, several stderr lines,
             another exit status, a non-finite or missing output
+
+One case in ten instead runs a valid input with an awkward ``-o`` (a FIFO, a directory, a character
+device, a dangling or looping symbolic link, a path under a regular file, a name ending in '/', an empty
+name; or, to be accepted, a symbolic link to a file, missing parent directories, an existing file whose
+mode must be kept, stale temporaries of a killed writer). Refused outputs must leave the folder exactly as
+it was (special files untouched, no directory or temporary left); accepted ones must hold the result.
 
 Usage:  python scripts/fuzz_cli.py [-n 10000] [--seed 0] [--show 10]
 Exit status 0 when there is no crash, 1 otherwise. The mutation engine is driven by a ``Chooser`` so the
@@ -21,10 +28,14 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+import os
+import shutil
+import stat
 import struct
 import sys
 import tempfile
 import time
+import warnings
 import zipfile
 from collections import Counter
 from pathlib import Path
@@ -32,7 +43,7 @@ from pathlib import Path
 import numpy as np
 
 from ntpref.cli import main
-from ntpref.oracle.npzio import load_npz
+from ntpref.oracle.npzio import MAX_MEMBERS, load_npz
 
 
 # ---- choices: a seeded generator here, Hypothesis in the tests --------------------------------------
@@ -282,8 +293,101 @@ def f_npy(raw, ch):
     return buf.getvalue()
 
 
+def _members(raw) -> dict[str, bytes]:
+    with zipfile.ZipFile(io.BytesIO(raw)) as zf:
+        return {n: zf.read(n) for n in zf.namelist()}
+
+
+def _npy(descr, shape, data=b"", fortran=False, text=None) -> bytes:
+    """A version 1.0 .npy member: magic, version, header length, header (``text`` replaces the dict), data."""
+    text = repr({"descr": descr, "fortran_order": fortran, "shape": shape}) if text is None else text
+    header = text.encode("latin-1") + b"\n"
+    return b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header + data
+
+
+def f_duplicate(raw, ch):
+    """A member stored twice: the same name again, or NAME next to NAME.npy (the last must not win)."""
+    members = _members(raw)
+    name = ch.choice(sorted(members))
+    other = members[ch.choice(sorted(members))]
+    buf = io.BytesIO()
+    with warnings.catch_warnings(), zipfile.ZipFile(buf, "w") as zf:
+        warnings.simplefilter("ignore")                     # zipfile warns about a duplicate name
+        for n, data in members.items():
+            zf.writestr(n, data)
+        zf.writestr(ch.choice((name, name.removesuffix(".npy"))), other)
+    return buf.getvalue()
+
+
+def f_many(raw, ch):
+    """Extra tiny .npy members: just over the member limit, far over it, or just under it."""
+    members = _members(raw)
+    count = ch.choice((MAX_MEMBERS + 1 - len(members), 1000, MAX_MEMBERS - len(members)))
+    extra = _npy("<f8", (), struct.pack("<d", 1.0))
+    members.update({f"extra{i}.npy": extra for i in range(count)})
+    return _zip(members, ch.choice((zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED)))
+
+
+def f_zero_itemsize(raw, ch):
+    """A member of zero-byte items (V0, S0, U0), possibly of a huge shape, holding no data."""
+    members = _members(raw)
+    descr = ch.choice(("|V0", "|S0", "<U0", [("a", "|V0")]))
+    shape = ch.choice(((0,), (5,), (2 * 10 ** 9,), (10 ** 18, 10 ** 18)))
+    members[ch.choice(sorted(members))] = _npy(descr, shape)
+    return _zip(members)
+
+
+def f_header(raw, ch):
+    """A damaged .npy header: cut short, lying length, version, garbage, missing keys, bad shape or descr."""
+    members = _members(raw)
+    name = ch.choice(sorted(members))
+    data = members[name]
+    length = struct.unpack("<H", data[8:10])[0] if data[:6] == b"\x93NUMPY" else 0
+    op = ch.choice(("cut", "long", "short", "version", "garbage", "keys", "negative", "float_shape", "descr",
+                    "fortran", "grow", "shrink", "huge", "deep"))
+    if op == "cut":
+        new = data[: ch.integer(0, 10 + length)]
+    elif op in ("long", "short"):
+        new = data[:8] + struct.pack("<H", min(length + ch.choice((1, 100, 60000)), 65535) if op == "long"
+                                     else max(length - ch.integer(1, 60), 0)) + data[10:]
+    elif op == "version":
+        new = data[:6] + bytes((ch.choice((0, 2, 3, 9, 255)), ch.choice((0, 1)))) + data[8:]
+    elif op == "garbage":
+        new = _npy(None, None, text=ch.choice(("", "{", "{'descr': '<f8'", "[1, 2]", "x" * 300, "(" * 150,
+                                               "{'descr': '<f8', 'fortran_order': False, 'shape': (3,), }}")))
+    elif op == "keys":
+        new = _npy(None, None, text=ch.choice(("{'descr': '<f8', 'shape': (3,)}", "{'descr': '<f8', "
+                                               "'fortran_order': False, 'shape': (), 'extra': 1}", "{}")))
+    elif op == "negative":
+        new = _npy("<f8", ch.choice(((-1,), (3, -2), (-(2 ** 63),))), bytes(8))
+    elif op == "float_shape":
+        new = _npy("<f8", ch.choice(((2.0,), (True,), ("3",), [3], None, 3)), bytes(16))
+    elif op == "descr":
+        new = _npy(ch.choice(("xyz", "<f9", "", 5, None, "|O", [("a", "|O")], ("<f8", 2))), (2,), bytes(16))
+    elif op == "fortran":
+        new = _npy("<f8", (2,), bytes(16), fortran=ch.choice((1, None, "no")))
+    elif op in ("grow", "shrink"):
+        k = ch.integer(1, 5)
+        new = _npy("<f8", (k + 1,) if op == "grow" else (k - 1,), bytes(8 * k))
+    elif op == "huge":
+        new = _npy("<f8", ch.choice(((2 ** 40,), (10 ** 6, 10 ** 6), (1,) * 40, (2 ** 64,))), bytes(8))
+    else:
+        new = _npy("<f8", (1,) * ch.integer(33, 70), bytes(8))
+    members[name] = new
+    return _zip(members, ch.choice((zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED)))
+
+
+def f_trailing(raw, ch):
+    """Bytes after an array's data: a few, or megabytes of zeros deflated to almost nothing."""
+    members = _members(raw)
+    name = ch.choice(sorted(members))
+    members[name] += ch.choice((b"\0", b"garbage", bytes(ch.integer(1, 4096)), bytes(4 << 20)))
+    return _zip(members, ch.choice((zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED)))
+
+
 FILE_MUTATIONS = {f.__name__[2:]: f for f in (f_flip, f_truncate, f_append, f_prepend, f_random, f_lie_size,
-                                                f_bomb, f_raw_member, f_npy)}
+                                                f_bomb, f_raw_member, f_npy, f_duplicate, f_many,
+                                                f_zero_itemsize, f_header, f_trailing)}
 
 
 def generate(ch, bases=None) -> tuple[str, bytes, str]:
@@ -306,29 +410,152 @@ def generate(ch, bases=None) -> tuple[str, bytes, str]:
 
 # ---- running and classifying ------------------------------------------------------------------------------
 
+def _call(argv) -> tuple[int | None, str]:
+    """Run ``ntpref ARGV`` in-process: (exit status or None when an exception escaped, stderr)."""
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err):
+            rc = main(argv)
+    except BaseException as exc:  # noqa: BLE001 - an escaped exception is exactly what we look for
+        return None, f"escaped {type(exc).__name__}: {exc}"
+    return rc, err.getvalue()
+
+
+def _one_error_line(rc, text: str) -> bool:
+    lines = text.splitlines()
+    return (rc == 2 and len(lines) == 1 and text.endswith("\n") and lines[0].startswith("ntpref: error: ")
+            and "internal error" not in text)
+
+
+def _output_problem(out: Path) -> str | None:
+    """Why the result file ``out`` is not a loadable file of finite float arrays, or None."""
+    try:
+        result = load_npz(out)
+    except Exception as exc:  # noqa: BLE001
+        return f"exit 0 but the output does not load: {exc}"
+    bad = [k for k, v in result.items() if v.dtype.kind != "f" or not np.isfinite(v).all()]
+    return f"exit 0 with non-finite / non-float outputs {bad}" if bad else None
+
+
 def run_case(command: str, raw: bytes, workdir: Path, backend: str = "numba") -> tuple[str, int, str]:
     """Write ``raw`` to INPUT.npz, run ``ntpref COMMAND`` in-process; (outcome, exit status, stderr)."""
     inp, out = workdir / "input.npz", workdir / "out.npz"
     inp.write_bytes(raw)
     out.unlink(missing_ok=True)
-    err = io.StringIO()
-    try:
-        with contextlib.redirect_stderr(err):
-            rc = main([command, str(inp), "-o", str(out), "--backend", backend, "-q"])
-    except BaseException as exc:  # noqa: BLE001 - an escaped exception is exactly what we look for
-        return "crash", -1, f"escaped {type(exc).__name__}: {exc}"
-    text = err.getvalue()
-    lines = text.splitlines()
+    rc, text = _call([command, str(inp), "-o", str(out), "--backend", backend, "-q"])
+    if rc is None:
+        return "crash", -1, text
     if rc == 0:
-        try:
-            result = load_npz(out)
-        except Exception as exc:  # noqa: BLE001
-            return "crash", rc, f"exit 0 but the output does not load: {exc}"
-        bad = [k for k, v in result.items() if v.dtype.kind != "f" or not np.isfinite(v).all()]
-        return ("crash", rc, f"exit 0 with non-finite / non-float outputs {bad}") if bad else ("accepted", rc, text)
-    clean = (rc == 2 and len(lines) == 1 and text.endswith("\n") and lines[0].startswith("ntpref: error: ")
-             and "internal error" not in text and not out.exists())
-    return ("rejected" if clean else "crash"), rc, text
+        problem = _output_problem(out)
+        return ("crash", rc, problem) if problem else ("accepted", rc, text)
+    return ("rejected" if _one_error_line(rc, text) and not out.exists() else "crash"), rc, text
+
+
+# ---- awkward outputs: each set-up gets an empty folder and returns the -o argument ----------------------------
+
+def _fifo(d):
+    os.mkfifo(d / "out.npz")
+    return str(d / "out.npz")
+
+
+def _directory(d):
+    (d / "out.npz").mkdir()
+    return str(d / "out.npz")
+
+
+def _chardev(d):
+    if os.geteuid() != 0:  # refusing /dev/null writes nothing, so an unprivileged run may name it
+        return "/dev/null"
+    os.mknod(d / "null", stat.S_IFCHR | 0o666, os.makedev(1, 3))
+    return str(d / "null")
+
+
+def _dangling(d):
+    os.symlink(d / "nowhere", d / "out.npz")
+    return str(d / "out.npz")
+
+
+def _loop(d):
+    os.symlink(d / "b", d / "a")
+    os.symlink(d / "a", d / "b")
+    return str(d / "a")
+
+
+def _link_to_dir(d):
+    (d / "sub").mkdir()
+    os.symlink(d / "sub", d / "out.npz")
+    return str(d / "out.npz")
+
+
+def _under_file(d):
+    (d / "afile").write_bytes(b"x")
+    return str(d / "afile" / "new" / "out.npz")
+
+
+def _link(d):
+    (d / "target.npz").write_bytes(b"old")
+    os.symlink("target.npz", d / "out.npz")
+    return str(d / "out.npz")
+
+
+def _kept_mode(d):
+    (d / "out.npz").write_bytes(b"old")
+    os.chmod(d / "out.npz", 0o604)
+    return str(d / "out.npz")
+
+
+def _stale(d):
+    """Temporaries of a killed writer (to be removed), and look-alikes that are not its to remove (kept)."""
+    for name in (".out.npz.abcd1234.tmp", ".out.npz.zzzzzzzz.tmp"):
+        (d / name).write_bytes(b"PK\x03\x04 half a file")
+    (d / ".out.npz.dirdirdi.tmp").mkdir()
+    (d / ".other.npz.abcd1234.tmp").write_bytes(b"another output's")
+    (d / "victim").write_bytes(b"keep me")
+    os.symlink(d / "victim", d / ".out.npz.linklink.tmp")
+    return str(d / "out.npz")
+
+
+def _stale_ok(d):
+    return (sorted(p.name for p in d.iterdir()) == [".other.npz.abcd1234.tmp", ".out.npz.dirdirdi.tmp",
+                                                     ".out.npz.linklink.tmp", "out.npz", "victim"]
+            and (d / "victim").read_bytes() == b"keep me")
+
+
+#: kind → (set-up, check after a successful run, or None: the output must be refused)
+OUTPUTS = {
+    "fifo": (_fifo, None), "directory": (_directory, None), "chardev": (_chardev, None),
+    "dangling": (_dangling, None), "loop": (_loop, None), "link_to_dir": (_link_to_dir, None),
+    "under_file": (_under_file, None), "slash": (lambda d: str(d / "newdir") + "/", None), "empty": (lambda d: "", None),
+    "link": (_link, lambda d: (d / "out.npz").is_symlink() and _output_problem(d / "target.npz") is None),
+    "new_dirs": (lambda d: str(d / "a" / "b" / "out.npz"), lambda d: (d / "a" / "b" / "out.npz").is_file()),
+    "kept_mode": (_kept_mode, lambda d: stat.S_IMODE(os.stat(d / "out.npz").st_mode) == 0o604),
+    "stale": (_stale, _stale_ok),
+}
+
+
+def _listing(d: Path) -> list[tuple[str, int]]:
+    return sorted((str(p.relative_to(d)), stat.S_IFMT(p.lstat().st_mode)) for p in d.rglob("*"))
+
+
+def run_output_case(kind: str, command: str, raw: bytes, workdir: Path, backend: str = "numba") -> tuple[str, int, str]:
+    """Run a valid input with the awkward output ``kind`` (see OUTPUTS); (outcome, exit status, stderr)."""
+    setup, check = OUTPUTS[kind]
+    inp, d = workdir / "input.npz", workdir / "out"
+    inp.write_bytes(raw)
+    shutil.rmtree(d, ignore_errors=True)
+    d.mkdir()
+    out = setup(d)
+    before = _listing(d)
+    rc, text = _call([command, str(inp), "-o", out, "--backend", backend, "-q"])
+    if rc is None:
+        return "crash", -1, text
+    if check is not None:
+        problem = (f"exit {rc}, expected 0" if rc != 0 else _output_problem(Path(out))
+                   or (None if check(d) else f"the {kind} output is not as it should be: {_listing(d)}"))
+        return ("crash", rc, f"{problem}: {text}") if problem else ("accepted", rc, text)
+    if _one_error_line(rc, text) and _listing(d) == before:
+        return "rejected", rc, text
+    return "crash", rc, f"{text.strip()} (folder {before} became {_listing(d)})"
 
 
 def fuzz(n: int, seed: int = 0, show: int = 10, log=print) -> Counter:
@@ -339,8 +566,15 @@ def fuzz(n: int, seed: int = 0, show: int = 10, log=print) -> Counter:
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="ntpref-fuzz-") as tmp:
         for i in range(n):
-            command, raw, what = generate(ch, bases)
-            outcome, rc, text = run_case(command, raw, Path(tmp), ch.choice(("numba", "numpy")))
+            backend = ch.choice(("numba", "numpy"))
+            if ch.integer(0, 9) == 0:
+                command, arrays = bases[ch.integer(0, len(bases) - 1)]
+                kind = ch.choice(sorted(OUTPUTS))
+                what = f"{arrays['model']} {command} output:{kind}"
+                outcome, rc, text = run_output_case(kind, command, _npz_bytes(arrays), Path(tmp), backend)
+            else:
+                command, raw, what = generate(ch, bases)
+                outcome, rc, text = run_case(command, raw, Path(tmp), backend)
             counts[outcome] += 1
             for step in what.split(" ", 2)[2].split("+"):
                 by_mutation[(step, outcome)] += 1
@@ -351,7 +585,7 @@ def fuzz(n: int, seed: int = 0, show: int = 10, log=print) -> Counter:
         + ", ".join(f"{k} {counts[k]}" for k in ("accepted", "rejected", "crash")))
     steps = sorted({s for s, _ in by_mutation})
     for s in steps:
-        log(f"  {s:<18}" + "  ".join(f"{k} {by_mutation[(s, k)]:>5}" for k in ("accepted", "rejected", "crash")))
+        log(f"  {s:<20}" + "  ".join(f"{k} {by_mutation[(s, k)]:>5}" for k in ("accepted", "rejected", "crash")))
     for line in crashes[:show]:
         log("  CRASH " + line)
     return counts
