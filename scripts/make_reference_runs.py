@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ntpref.oracle import reference
+from ntpref.oracle import reference, tolerance
 from ntpref.oracle.compare import compare_arrays, tolerance_text
 from ntpref.oracle.npzio import load_npz
 
@@ -229,7 +229,7 @@ def generate(cases: list[Case], root: Path) -> None:
             runs[backend] = (reference.compute(case.kind, inputs, backend),
                              reference.intermediates(case.model, case.kind, inputs, backend))
         (expected, extra), (other, other_extra) = runs["numba"], runs["numpy"]
-        tols = {name: reference.default_tolerance(case.kind, name) for name in {**expected, **extra}}
+        tols = tolerance.default_tolerances(case.model, case.kind, inputs, {**expected, **extra})
         report = compare_arrays({**expected, **extra}, {**other, **other_extra}, tols, labels=("numba", "numpy"))
         if not report.ok:
             raise SystemExit(f"{case.name}: numba and numpy backends disagree beyond the tolerances:\n{report}")

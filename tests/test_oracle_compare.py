@@ -1,5 +1,7 @@
-"""ntpref.oracle.compare: tolerances, exact (bitwise) comparison, missing arrays, ``ntpref compare`` exit codes."""
+"""ntpref.oracle.compare: tolerances, exact comparison, storage-independent verdicts, non-finite values,
+missing arrays, ``ntpref compare`` exit codes and its --input (float64 policy) option."""
 import json
+import re
 
 import numpy as np
 import pytest
@@ -35,22 +37,37 @@ def test_errors_reported():
     assert r.max_rel_err == np.inf and not r.ok
 
 
-def test_exact_compares_bits():
-    x = np.array([1.0, np.nan, 0.0])
-    assert row(x, x.copy()).ok                                   # NaN == NaN with the same bits
-    assert not row(x, np.array([1.0, np.nan, -0.0])).ok          # -0.0 has other bits than 0.0
-    other_nan = np.array([1.0, 0.0, 0.0])
-    other_nan.view(np.uint64)[1] = np.uint64(0x7FF8000000000001)  # a NaN with another payload
-    assert np.isnan(other_nan[1]) and not row(x, other_nan).ok
+def test_exact_compares_values_and_the_sign_of_zero():
+    x = np.array([1.0, 2.5, 0.0])
+    assert row(x, x.copy()).ok
+    r = row(x, np.array([1.0, 2.5, -0.0]))
+    assert not r.ok and r.note == "1 entries differ"
     assert not row([1.0], [np.nextafter(1.0, 2.0)]).ok
     assert row([1.0], [np.nextafter(1.0, 2.0)], rtol=1e-15).ok
+    assert row([0.0], [-0.0], atol=1e-300).ok                    # any non-zero bound: values only
 
 
-def test_nonfinite_with_tolerance():
-    assert row([np.nan, np.inf], [np.nan, np.inf], rtol=1e-3).ok
-    assert not row([np.nan], [1.0], rtol=1e-3).ok
-    assert not row([1.0], [np.nan], rtol=1e-3).ok
-    assert not row([np.inf], [-np.inf], rtol=1e-3).ok
+@pytest.mark.parametrize("tol", [{}, {"rtol": 1e-3}])
+def test_nonfinite_values_always_fail_and_are_named(tol):
+    r = row([1.0, np.nan], [1.0, np.nan], **tol)
+    assert not r.ok and r.note == "expected holds NaN at index (1,); actual holds NaN at index (1,)"
+    r = row([[1.0, 2.0], [3.0, 4.0]], [[1.0, 2.0], [np.inf, -np.inf]], **tol)
+    assert not r.ok and r.note == "actual holds inf at index (1, 0) (2 non-finite entries)"
+    r = row(np.array(-np.inf), np.array(-np.inf), **tol)
+    assert not r.ok and r.note == "expected holds -inf at index (); actual holds -inf at index ()"
+    assert r.max_abs_err == 0.0
+
+
+def test_per_step_bound_grows_along_axis_0():
+    e = np.ones((4, 2))
+    # bound at row t: 1e-6 + 1e-6 t
+    for t, ok in ((0, False), (1, False), (2, False), (3, True)):
+        a = e.copy()
+        a[t, 1] += 3.5e-6
+        assert row(e, a, atol=1e-6, atol_per_step=1e-6).ok is ok, t
+    assert row(np.array(1.0), np.array(1.0 + 1e-6), atol=1e-6, atol_per_step=1.0).ok   # 0-d: t = 0
+    assert not row(np.array(1.0), np.array(1.0 + 2e-6), atol=1e-6, atol_per_step=1.0).ok
+    assert tolerance(atol=3e-15, atol_per_step=2e-17, rtol=1e-13)["atol_per_step"] == 2e-17
 
 
 def test_head_tolerance_on_leading_rows():
@@ -72,13 +89,26 @@ def test_non_float_arrays_compare_exactly():
     assert not row([True], [False]).ok
 
 
-def test_shape_and_dtype_mismatch_fail():
-    r = row(np.zeros(3), np.zeros(4), rtol=1.0)
-    assert not r.ok and "shape" in r.note
+def test_storage_never_decides_a_verdict():
+    x = np.array([1.5, -2.25, 0.0])
+    assert row(x, x.astype(">f8")).ok                              # big-endian, same values
+    assert row(x.astype(">f8"), x, rtol=1e-12).ok
+    assert row(np.arange(3), np.arange(3, dtype=">i4")).ok         # integer widths and byte order
+    assert row(np.arange(3, dtype=np.uint16), np.arange(3)).ok
+    assert row(x, x.astype(np.longdouble)).ok                      # more precise actual: by value
+    assert not row(x, x.astype(np.longdouble) + np.longdouble(2.0) ** -70).ok
+    assert row(x, x.astype(np.longdouble) + np.longdouble(2.0) ** -70, rtol=1e-15, atol=1e-20).ok
+
+
+def test_value_category_and_precision_mismatch_fail():
     r = row(np.zeros(3), np.zeros(3, dtype=np.float32), rtol=1.0)
-    assert not r.ok and "dtype" in r.note
-    r = row(np.zeros(3, dtype=np.int64), np.zeros(3, dtype=np.int32))
-    assert not r.ok and "dtype" in r.note
+    assert not r.ok and r.note == "actual is float32, less precise than expected float64"
+    r = row(np.zeros(3), np.zeros(3, dtype=np.int64), rtol=1.0)
+    assert not r.ok and r.note == "actual is integer (int64), expected floating-point (float64)"
+    r = row(np.zeros(3, dtype=np.longdouble), np.zeros(3))
+    assert not r.ok and "actual is float64, less precise than expected" in r.note
+    r = row(np.zeros(3), np.zeros(4), rtol=1.0)
+    assert not r.ok and r.note == "shape [4] != expected [3]"
 
 
 def test_missing_arrays_named_per_side():
@@ -163,3 +193,92 @@ def test_cli_bad_input_is_exit_2(files, capsys):
                  "--rtol", "1e-3"]) == 2
     (d / "junk.npz").write_bytes(b"not a zip file")
     assert main(["compare", str(d / "junk.npz"), str(d / "e.npz")]) == 2
+
+
+def test_cli_storage_details_and_nonfinite(files, capsys):
+    d, e = files
+    save_npz(d / "big.npz", {k: v.astype(v.dtype.newbyteorder(">")) if v.dtype.kind in "fi" else v
+                             for k, v in e.items()})
+    assert main(["compare", str(d / "e.npz"), str(d / "big.npz"), "--rtol", "0", "--atol", "0"]) == 0
+    save_npz(d / "nan.npz", {**e, "f": np.where(np.arange(5) == 2, np.nan, e["f"])})
+    assert main(["compare", str(d / "nan.npz"), str(d / "nan.npz"), "--rtol", "1"]) == 1
+    out = capsys.readouterr().out
+    assert re.search(r"FAIL \(expected holds NaN at index \(2,\); actual holds NaN at index \(2,\)\)", out)
+    save_npz(d / "f32.npz", {**e, "f": e["f"].astype(np.float32)})
+    assert main(["compare", str(d / "e.npz"), str(d / "f32.npz"), "--input", str(d / "e.npz")]) == 2
+    assert main(["compare", str(d / "e.npz"), str(d / "f32.npz"), "--rtol", "1"]) == 1
+    assert "actual is float32, less precise than expected float64" in capsys.readouterr().out
+
+
+def test_cli_longdouble_exact_is_a_verdict(files, capsys):
+    d, e = files
+    save_npz(d / "ld.npz", {**e, "f": e["f"].astype(np.longdouble)})
+    assert main(["compare", str(d / "ld.npz"), str(d / "ld.npz"), "--rtol", "0", "--atol", "0"]) == 0
+    assert main(["compare", str(d / "e.npz"), str(d / "ld.npz"), "--rtol", "0", "--atol", "0"]) == 0
+    save_npz(d / "ld2.npz", {**e, "f": e["f"].astype(np.longdouble) + np.longdouble(2.0) ** -70})
+    assert main(["compare", str(d / "ld.npz"), str(d / "ld2.npz"), "--rtol", "0", "--atol", "0"]) == 1
+    assert main(["compare", str(d / "ld.npz"), str(d / "e.npz"), "--rtol", "0", "--atol", "0"]) == 1
+    out = capsys.readouterr().out
+    assert re.search(r"f .* FAIL \(1 entries differ\)", out)
+    assert re.search(r"FAIL \(actual is float64, less precise than expected float(96|128)\)", out)
+
+
+@pytest.fixture
+def paired_case(tmp_path):
+    """The stored paired-initialisation case, and an f summed over heads in plain index order
+    (f ≈ 1e-16 where the oracle's pair order gives exactly 0)."""
+    from ntpref.oracle.npzio import load_npz
+    from ntpref.oracle.reference import export, intermediates
+
+    export(None, "shallow_eval_paired_init", tmp_path)
+    inputs, expected = load_npz(tmp_path / "input.npz"), load_npz(tmp_path / "expected.npz")
+    h = inputs["c"] * np.tanh(intermediates("shallow", "eval", inputs)["head_s"])
+    f = np.zeros(h.shape[0])
+    for i in range(h.shape[1]):
+        f = f + h[:, i]
+    save_npz(tmp_path / "plain.npz", {**expected, "f": f / np.sqrt(h.shape[1])})
+    assert not np.any(expected["f"]) and np.any(f)
+    return tmp_path, expected
+
+
+def test_cli_input_uses_the_float64_policy(paired_case, capsys):
+    d, expected = paired_case
+    args = ["compare", str(d / "expected.npz"), str(d / "plain.npz")]
+    assert main(args) == 1                                                 # rtol 1e-10 of 0 is 0
+    out = capsys.readouterr().out
+    assert re.search(r"\nf +\[12\] .* inf .* FAIL", out) and "--input INPUT.npz uses the float64 policy" in out
+    assert main(args + ["--input", str(d / "input.npz")]) == 0
+    out = capsys.readouterr().out
+    assert f"tolerances: float64 policy for {d / 'input.npz'}" in out and re.search(r"\nf +\[12\] .* ok", out)
+    assert main(args + ["--tolerances", str(d / "case.json")]) == 0          # export writes the same policy
+    save_npz(d / "off.npz", {**expected, "grad_W": expected["grad_W"] * (1 + 1e-6)})
+    assert main(["compare", str(d / "expected.npz"), str(d / "off.npz"), "--input", str(d / "input.npz")]) == 1
+    assert re.search(r"\ngrad_W +\[8, 4, 4\] .* FAIL", capsys.readouterr().out)
+
+
+def test_cli_input_for_a_training_run(tmp_path, capsys):
+    from ntpref.oracle.reference import export
+
+    export(None, "indrnn_train", tmp_path)
+    assert main(["train", str(tmp_path / "input.npz"), "-o", str(tmp_path / "mine.npz"), "-q",
+                 "--backend", "numpy"]) == 0
+    assert main(["compare", str(tmp_path / "expected.npz"), str(tmp_path / "mine.npz"),
+                 "--input", str(tmp_path / "input.npz")]) == 0
+    assert re.search(r"\ntrain_loss +\[150\] +.* rtol \S+ atol \S+ \+\S+·t .* ok", capsys.readouterr().out)
+
+
+def test_cli_input_errors_name_the_file(paired_case, capsys):
+    d, expected = paired_case
+    inputs = dict(np.load(d / "input.npz"))
+    base = ["compare", str(d / "expected.npz"), str(d / "plain.npz")]
+    save_npz(d / "nomodel.npz", {k: v for k, v in inputs.items() if k != "model"})
+    assert main(base + ["--input", str(d / "nomodel.npz")]) == 2
+    assert re.search(r"nomodel\.npz: missing array 'model'", capsys.readouterr().err)
+    save_npz(d / "badshape.npz", {**inputs, "c": inputs["c"][:3]})
+    assert main(base + ["--input", str(d / "badshape.npz")]) == 2
+    assert re.search(r"badshape\.npz: .*array 'c'", capsys.readouterr().err)
+    save_npz(d / "extra.npz", {**expected, "logits": np.zeros(2)})
+    assert main(["compare", str(d / "extra.npz"), str(d / "plain.npz"), "--input", str(d / "input.npz")]) == 2
+    assert re.search(r"input\.npz: array 'logits': not an output of a shallow eval run", capsys.readouterr().err)
+    assert main(base + ["--input", str(d / "input.npz"), "--rtol", "1e-3"]) == 2
+    assert "give one of --tolerances, --input or --rtol/--atol/--atol-max-scale" in capsys.readouterr().err

@@ -1,4 +1,6 @@
 """ntpref.oracle.gradcheck: central differences against analytic gradients; ``ntpref gradcheck``."""
+import re
+
 import numpy as np
 import pytest
 
@@ -125,3 +127,55 @@ def test_cli_bad_gradient_names(tmp_path, capsys):
     assert "grad_W_qk" in capsys.readouterr().err
     save_npz(tmp_path / "none.npz", {"f": np.zeros(2)})
     assert main(["gradcheck", str(inp), str(tmp_path / "none.npz")]) == 2
+
+
+def test_every_array_gets_at_least_one_entry_checked(inputs):
+    report = gradcheck(quartic, inputs, max_entries=1)
+    assert report.ok and report.counts == {"A": (1, 12), "b": (1, 4), "x": (1, 1)}
+    assert "entries checked: A 1 of 12; b 1 of 4; x 1 of 1" in report.table()
+    for bad in (0, -1, 2.5, True):
+        with pytest.raises(InputError, match=r"max_entries must be an integer >= 1 \(or None for all entries\), got "):
+            gradcheck(quartic, inputs, max_entries=bad)
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "many"])
+def test_cli_refuses_max_entries_below_one(tmp_path, capsys, value):
+    inp = _twostage_input(tmp_path)
+    assert main(["gradcheck", str(inp), "--max-entries", value]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert re.fullmatch(r"ntpref gradcheck: error: argument --max-entries: must be an integer >= 1.*, got "
+                        rf"'?{value}'? \(see 'ntpref gradcheck --help'\)\n", err)
+
+
+def test_cli_says_how_many_entries_it_checked(tmp_path, capsys):
+    inp = _twostage_input(tmp_path)
+    assert main(["gradcheck", str(inp), "--max-entries", "3"]) == 0
+    assert "entries checked: grad_W_ov 3 of 25; grad_W_kq 3 of 25; grad0_W_ov 3 of 25" in capsys.readouterr().out
+    assert main(["gradcheck", str(inp)]) == 0
+    assert "entries checked: grad_W_ov 25 of 25; grad_W_kq 25 of 25; grad0_W_ov 25 of 25" in capsys.readouterr().out
+
+
+def test_cli_input_errors_name_the_file(tmp_path, capsys):
+    inp = _twostage_input(tmp_path)
+    arrays = load_npz(inp)
+    save_npz(tmp_path / "bad_in.npz", {**arrays, "W_ov": arrays["W_ov"][:, :4]})
+    assert main(["gradcheck", str(tmp_path / "bad_in.npz")]) == 2
+    assert re.match(rf"ntpref: error: {re.escape(str(tmp_path / 'bad_in.npz'))}: array 'W_ov'", capsys.readouterr().err)
+    save_npz(tmp_path / "g.npz", {"grad_tokens": np.zeros((6, 3))})
+    assert main(["gradcheck", str(inp), str(tmp_path / "g.npz")]) == 2
+    assert re.match(rf"ntpref: error: {re.escape(str(tmp_path / 'g.npz'))}: array 'grad_tokens': input array 'tokens' "
+                    rf"of {re.escape(str(inp))} is int64, not a float array", capsys.readouterr().err)
+    assert main(["gradcheck", str(tmp_path / "missing.npz")]) == 2
+    assert "missing.npz: no such file" in capsys.readouterr().err
+
+
+def test_cli_nan_gradient_fails_by_name(tmp_path, capsys):
+    inp = _twostage_input(tmp_path)
+    assert main(["eval", str(inp), "-o", str(tmp_path / "out.npz"), "-q"]) == 0
+    grads = load_npz(tmp_path / "out.npz")
+    g = grads["grad_W_ov"].copy()
+    g[2, 3] = np.nan
+    save_npz(tmp_path / "nan.npz", {"grad_W_ov": g})
+    assert main(["gradcheck", str(inp), str(tmp_path / "nan.npz")]) == 1
+    assert re.search(r"grad_W_ov .* FAIL \(given holds NaN at index \(2, 3\)\)", capsys.readouterr().out)

@@ -1,20 +1,32 @@
-"""Array-by-array comparison of two result sets (``ntpref compare``, spec/interchange.md).
+"""Array-by-array comparison of two result sets (``ntpref compare``, docs/contract.md).
 
 A **tolerance** is a plain dict (JSON-friendly, stored per array in ``reference_runs/manifest.json``)::
 
-    {"rtol": float, "atol": float, "atol_max_scale": float, "reason": str,
-     "head": {"n": int, "rtol": float, "atol": float, "atol_max_scale": float}}   # "head" optional
+    {"rtol": float, "atol": float, "atol_max_scale": float, "atol_per_step": float, "reason": str,
+     "head": {"n": int, "rtol": float, "atol": float, "atol_max_scale": float, "atol_per_step": float}}
+    # every key optional; missing bounds are 0
 
-An element passes when ``|actual - expected| <= atol + atol_max_scale * max|expected| + rtol * |expected|``
-(``max|expected|`` over the finite entries of the whole array). ``rtol = atol = atol_max_scale = 0``
-means *exact*: the bits must be equal (so a NaN equals a NaN with the same bits, and -0.0 differs from
-0.0). With a non-zero tolerance a NaN matches a NaN and an infinity the same infinity. The optional
-``head`` applies its own (usually tighter) bounds to the first ``n`` entries along axis 0, e.g. the
-first 50 steps of a trajectory; the main bounds then cover the rest.
+An element at row t (its index along axis 0; t = 0 for a 0-d array) passes when
 
-Arrays that are not real floating point (integers, booleans, strings) always compare exactly. Numeric
-dtypes must agree exactly (float32 against float64 is a failure, not a tolerance question); string
-arrays only need to both be strings. A shape mismatch is a failure of that array.
+    |actual - expected| <= atol + atol_per_step * t + atol_max_scale * max|expected| + rtol * |expected|
+
+(``max|expected|`` over the whole array). ``atol_per_step`` lets a bound grow along a trajectory,
+e.g. the float64 policy of :mod:`ntpref.oracle.tolerance` (docs/tolerance.md). All bounds 0 means
+*exact*: the same values (equal numbers, and zeros of the same sign). The optional ``head``
+applies its own bounds to the first ``n`` rows; the main bounds cover the rest.
+
+What decides a verdict is values, never storage: arrays are compared in native byte order, and
+dtypes only matter through their *category* and precision:
+
+* real floating point against real floating point: compared by value (in the wider of the two
+  types), provided the actual array is at least as precise as the expected one (a float32 result
+  against float64 expected fails: it cannot meet a float64 policy);
+* integers against integers of any width or signedness, booleans against booleans and strings
+  against strings: compared exactly, by value (tolerances do not apply);
+* any other pairing (float against int, ...) fails, as does a shape mismatch.
+
+NaN or an infinity anywhere in a floating-point array, expected or actual, fails that array
+("expected holds NaN at index (3,)"): no result of the oracle is ever non-finite.
 """
 from __future__ import annotations
 
@@ -28,22 +40,24 @@ import numpy as np
 
 from ..errors import InputError
 
-_BOUND_KEYS = ("rtol", "atol", "atol_max_scale")
+_BOUND_KEYS = ("rtol", "atol", "atol_max_scale", "atol_per_step")
 _KEYS = _BOUND_KEYS + ("reason", "head")
 
-#: Used by ``ntpref compare`` when no tolerance is given: another float64 framework on one
-#: evaluation (spec/interchange.md, "Tolerances").
+#: Used by ``ntpref compare`` when neither tolerances nor an input file are given: another float64
+#: framework on one evaluation (docs/contract.md, "Tolerances"). It scales with the array's own
+#: values, so an output that is exactly zero in exact arithmetic needs ``--input`` (the float64 policy).
 FRAMEWORK_FLOAT64 = {"rtol": 1e-10, "atol": 0.0, "atol_max_scale": 1e-12,
-                     "reason": "another float64 framework on one evaluation (spec default)"}
-#: Bitwise equality.
-EXACT = {"rtol": 0.0, "atol": 0.0, "atol_max_scale": 0.0, "reason": "exact (bitwise)"}
+                     "reason": "another float64 framework on one evaluation (default without --input)"}
+#: The same values.
+EXACT = {"rtol": 0.0, "atol": 0.0, "atol_max_scale": 0.0, "reason": "exact"}
 
 
 def tolerance(rtol: float = 0.0, atol: float = 0.0, atol_max_scale: float = 0.0, reason: str = "",
-              head: Mapping | None = None) -> dict:
+              head: Mapping | None = None, atol_per_step: float = 0.0) -> dict:
     """A validated tolerance dict (see the module docstring); all zeros means exact."""
     return check_tolerance("tolerance", {"rtol": rtol, "atol": atol, "atol_max_scale": atol_max_scale,
-                                         "reason": reason, **({"head": dict(head)} if head is not None else {})})
+                                         "atol_per_step": atol_per_step, "reason": reason,
+                                         **({"head": dict(head)} if head is not None else {})})
 
 
 def _bounds(what: str, spec: Mapping, keys: Iterable[str]) -> dict:
@@ -92,13 +106,15 @@ def _bounds_text(b: Mapping) -> str:
     parts = [f"rtol {b['rtol']:.0e}"] if b["rtol"] else []
     if b["atol"]:
         parts.append(f"atol {b['atol']:.0e}")
+    if b["atol_per_step"]:
+        parts.append(f"+{b['atol_per_step']:.0e}·t")
     if b["atol_max_scale"]:
         parts.append(f"atol {b['atol_max_scale']:.0e}·max")
     return " ".join(parts)
 
 
 def tolerance_text(tol: Mapping) -> str:
-    """Short human form of a tolerance, e.g. ``rtol 1e-12 atol 1e-14·max`` or ``exact``."""
+    """Short human form of a tolerance, e.g. ``rtol 1e-12 atol 1e-14·max``, ``atol 3e-15 +2e-17·t`` or ``exact``."""
     if "head" in tol:
         h = tol["head"]
         return f"[:{h['n']}] {_bounds_text(h)}; rest {_bounds_text(tol)}"
@@ -130,10 +146,15 @@ class Missing(NamedTuple):
 
 
 class Report:
-    """Result of :func:`compare_arrays`: ``rows``, ``missing``, ``ok`` and a printable ``table()``."""
+    """Result of :func:`compare_arrays`: ``rows``, ``missing``, ``ok`` and a printable ``table()``.
 
-    def __init__(self, rows: list[Row], missing: list[Missing], labels: tuple[str, str] = ("expected", "actual")):
+    ``counts`` (optional): name → (entries compared, entries in the array), printed under the table.
+    """
+
+    def __init__(self, rows: list[Row], missing: list[Missing], labels: tuple[str, str] = ("expected", "actual"),
+                 counts: Mapping[str, tuple[int, int]] | None = None):
         self.rows, self.missing, self.labels = rows, missing, labels
+        self.counts = dict(counts or {})
 
     @property
     def ok(self) -> bool:
@@ -155,6 +176,8 @@ class Report:
         text = tabulate(body, headers=("array", "shape", "max abs err", "max rel err", "tolerance", "err/tol",
                                        "status"),
                         disable_numparse=True) if body else "(no arrays in common)"
+        if self.counts:
+            text += "\nentries checked: " + "; ".join(f"{n} {k} of {size}" for n, (k, size) in self.counts.items())
         for side, other in (self.labels, self.labels[::-1]):
             names = [m.name for m in self.missing if m.side == side]
             if names:
@@ -175,72 +198,97 @@ class Report:
         return self.table() + "\n" + self.summary()
 
 
-def _errors(e: np.ndarray, a: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Elementwise |a - e|, |a - e|/|e| and a mask of positions where both are the same non-finite value."""
-    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
-        same_nonfinite = (np.isnan(e) & np.isnan(a)) | (np.isinf(e) & (e == a))
-        diff = np.abs(a - e)
-        diff = np.where(same_nonfinite, 0.0, np.where(np.isnan(diff), np.inf, diff))
-        rel = np.where(diff == 0, 0.0, diff / np.abs(e))
-        rel = np.where(np.isnan(rel), np.inf, rel)
-    return diff, rel, same_nonfinite
+def _category(dtype: np.dtype) -> str:
+    """What a dtype's values are, whatever their width and byte order."""
+    return {"f": "floating-point", "i": "integer", "u": "integer", "b": "boolean", "U": "string", "S": "string",
+            "c": "complex"}.get(dtype.kind, f"'{dtype.kind}'-kind")
+
+
+def _native(x: np.ndarray) -> np.ndarray:
+    """``x`` in native byte order (same values)."""
+    return x if x.dtype.isnative else x.astype(x.dtype.newbyteorder("="))
+
+
+def _index(mask: np.ndarray) -> tuple:
+    return tuple(int(i) for i in np.argwhere(mask)[0]) if mask.ndim else ()
+
+
+def _nonfinite(x: np.ndarray, label: str) -> str:
+    """"expected holds NaN at index (3,)" for the first non-finite entry of x ('' when all finite)."""
+    bad = ~np.isfinite(x)
+    if not bad.any():
+        return ""
+    first = x[np.nonzero(bad)][0] if x.ndim else x
+    what = "NaN" if np.isnan(first) else ("inf" if first > 0 else "-inf")
+    more = f" ({int(bad.sum())} non-finite entries)" if bad.sum() > 1 else ""
+    return f"{label} holds {what} at index {_index(bad)}{more}"
 
 
 def _allowed(e: np.ndarray, tol: Mapping) -> np.ndarray:
-    """Per-element bound atol + atol_max_scale·max|e| + rtol·|e| (head bounds on the first n rows).
+    """Per-element bound atol + atol_per_step·t + atol_max_scale·max|e| + rtol·|e| (head bounds on the
+    first n rows), in e's dtype."""
+    mag = np.abs(e)
+    scale = np.max(mag[np.isfinite(mag)], initial=0.0)
+    t = np.arange(e.shape[0], dtype=e.dtype).reshape((-1,) + (1,) * (e.ndim - 1)) if e.ndim else np.zeros((), e.dtype)
 
-    ``bound`` is an array so that the head can be assigned; non-finite expected entries get -1.
-    """
-    finite = np.abs(e[np.isfinite(e)])
-    scale = float(finite.max()) if finite.size else 0.0
-    with np.errstate(invalid="ignore", over="ignore"):
-        bound = tol["atol"] + tol["atol_max_scale"] * scale + tol["rtol"] * np.abs(e)
-        if "head" in tol and e.ndim >= 1:
-            h = tol["head"]
-            bound[: h["n"]] = h["atol"] + h["atol_max_scale"] * scale + h["rtol"] * np.abs(e[: h["n"]])
-    return np.where(np.isfinite(e), bound, -1.0)  # a non-finite expected entry needs the same value
+    def bound(b, t, mag):
+        return b["atol"] + b["atol_per_step"] * t + b["atol_max_scale"] * scale + b["rtol"] * mag
 
-
-def _bits_equal(e: np.ndarray, a: np.ndarray) -> np.ndarray:
-    uint = np.dtype(f"u{e.dtype.itemsize}")
-    return np.ascontiguousarray(e).view(uint) == np.ascontiguousarray(a).view(uint)
+    out = np.array(np.broadcast_to(bound(tol, t, mag), e.shape))
+    if "head" in tol and e.ndim >= 1:
+        n = tol["head"]["n"]
+        out[:n] = bound(tol["head"], t[:n], mag[:n])
+    return out
 
 
-def compare_one(name: str, expected: np.ndarray, actual: np.ndarray, tol: Mapping) -> Row:
-    """Compare one pair of arrays under ``tol`` (a dict as in :func:`tolerance`)."""
-    e, a = np.asarray(expected), np.asarray(actual)
+def compare_one(name: str, expected: np.ndarray, actual: np.ndarray, tol: Mapping,
+                labels: tuple[str, str] = ("expected", "actual")) -> Row:
+    """Compare one pair of arrays under ``tol`` (a dict as in :func:`tolerance`); see the module docstring."""
+    e, a = _native(np.asarray(expected)), _native(np.asarray(actual))
+    tol = check_tolerance(f"tolerance of '{name}'", tol)
     text = tolerance_text(tol)
-    strings = e.dtype.kind in "US" and a.dtype.kind in "US"
-    if not strings and e.dtype != a.dtype:
-        return Row(name, e.shape, None, None, text, False, f"dtype {a.dtype} != expected {e.dtype}")
+    ce, ca = _category(e.dtype), _category(a.dtype)
+    if ce != ca:
+        return Row(name, e.shape, None, None, text, False,
+                   f"{labels[1]} is {ca} ({a.dtype}), {labels[0]} {ce} ({e.dtype})")
+    if ce == "floating-point" and np.finfo(a.dtype).nmant < np.finfo(e.dtype).nmant:
+        return Row(name, e.shape, None, None, text, False,
+                   f"{labels[1]} is {a.dtype}, less precise than {labels[0]} {e.dtype}")
     if e.shape != a.shape:
-        return Row(name, e.shape, None, None, text, False, f"shape {list(a.shape)} != expected {list(e.shape)}")
-    if e.dtype.kind not in "fiu":
+        return Row(name, e.shape, None, None, text, False, f"shape {list(a.shape)} != {labels[0]} {list(e.shape)}")
+    if ce not in ("floating-point", "integer"):
         equal = bool(np.array_equal(e, a))
         return Row(name, e.shape, None, None, "exact", equal, "" if equal else f"{int(np.sum(e != a))} entries differ")
-    if e.dtype.kind in "iu":
+    if ce == "integer":
         ok = bool(np.array_equal(e, a))
         diff = np.abs(e.astype(np.float64) - a.astype(np.float64))
         rel = np.divide(diff, np.abs(e.astype(np.float64)), out=np.where(diff == 0, 0.0, np.inf), where=e != 0)
         return Row(name, e.shape, float(diff.max(initial=0.0)), float(rel.max(initial=0.0)), "exact", ok,
                    "" if ok else f"{int(np.sum(e != a))} entries differ")
-    diff, rel, same_nonfinite = _errors(e, a)
+    work = np.result_type(e.dtype, a.dtype)
+    e, a = e.astype(work, copy=False), a.astype(work, copy=False)
+    finite = np.isfinite(e) & np.isfinite(a)
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        diff = np.where(finite, np.abs(a - e), 0.0)
+        rel = np.where(diff == 0, 0.0, diff / np.abs(e))
     max_abs, max_rel = float(diff.max(initial=0.0)), float(rel.max(initial=0.0))
+    nonfinite = "; ".join(filter(None, (_nonfinite(e, labels[0]), _nonfinite(a, labels[1]))))
     ratio = None
     if _is_exact(tol) and "head" not in tol:
-        bad = ~_bits_equal(e, a)
-        note = f"{int(bad.sum())} entries differ in their bits" if bad.any() else ""
+        bad = (a != e) | (np.signbit(a) != np.signbit(e))
+        note = f"{int(bad.sum())} entries differ" if bad.any() else ""
     else:
-        allowed = _allowed(e, tol)
-        bad = ~(same_nonfinite | (diff <= allowed))
+        with np.errstate(invalid="ignore", over="ignore"):
+            allowed = _allowed(e, tol)
+        bad = ~(diff <= allowed)
         with np.errstate(divide="ignore", invalid="ignore"):
-            ratio = float(np.where(same_nonfinite | (diff == 0), 0.0,
-                                   np.where(allowed > 0, diff / allowed, np.inf)).max(initial=0.0))
+            ratio = float(np.where(diff == 0, 0.0, np.where(allowed > 0, diff / allowed, np.inf)).max(initial=0.0))
         note = ""
         if bad.any():
             worst = np.unravel_index(int(np.argmax(np.where(bad, diff, -1.0))), e.shape) if e.ndim else ()
             note = f"{int(bad.sum())} entries outside; worst at {tuple(int(i) for i in worst)}"
-    return Row(name, e.shape, max_abs, max_rel, text, not bad.any(), note, ratio)
+    note = nonfinite or note
+    return Row(name, e.shape, max_abs, max_rel, text, not nonfinite and not bad.any(), note, ratio)
 
 
 def compare_arrays(expected: Mapping[str, np.ndarray], actual: Mapping[str, np.ndarray],
@@ -265,7 +313,7 @@ def compare_arrays(expected: Mapping[str, np.ndarray], actual: Mapping[str, np.n
             missing.append(Missing(name, side))
             continue
         tol = check_tolerance(f"tolerance of '{name}'", tolerances[name]) if name in tolerances else default
-        rows.append(compare_one(name, expected[name], actual[name], tol))
+        rows.append(compare_one(name, expected[name], actual[name], tol, labels))
     return Report(rows, missing, labels)
 
 
@@ -291,34 +339,73 @@ def load_tolerances(path) -> tuple[dict[str, dict], dict | None]:
     return tols, tols.pop("default", None)
 
 
+def policy_tolerances(input_path, expected: Mapping[str, np.ndarray]) -> dict[str, dict]:
+    """The float64 policy's tolerances (docs/tolerance.md) for the arrays of ``expected``, computed from
+    the run's input file (model from its ``model`` array; a train input when it holds ``eta``).
+    InputErrors name the file."""
+    from ..checks import as_scalar
+    from .contract import MODELS
+    from .npzio import load_npz
+    from .tolerance import default_tolerances, run_kind
+
+    inputs = load_npz(input_path)
+    try:
+        if "model" not in inputs:
+            raise InputError("missing array 'model' (a 0-d string: " + " | ".join(f'"{m}"' for m in MODELS) + ")")
+        model = as_scalar("model", inputs["model"], kind="str")
+        return default_tolerances(model, run_kind(inputs), inputs, expected)
+    except InputError as exc:
+        raise InputError(f"{input_path}: {exc}") from None
+
+
 def _handle(args) -> int:
     from .npzio import load_npz
 
-    if args.tolerances and any(v is not None for v in (args.rtol, args.atol, args.atol_max_scale)):
-        raise InputError("give either --tolerances or --rtol/--atol/--atol-max-scale, not both")
-    tols, default = ({}, None)
-    if args.tolerances:
-        tols, default = load_tolerances(args.tolerances)
-    elif any(v is not None for v in (args.rtol, args.atol, args.atol_max_scale)):
-        default = tolerance(rtol=args.rtol or 0.0, atol=args.atol or 0.0, atol_max_scale=args.atol_max_scale or 0.0)
+    bounds = any(v is not None for v in (args.rtol, args.atol, args.atol_max_scale))
+    if sum((bool(args.tolerances), bool(args.input), bounds)) > 1:
+        raise InputError("give one of --tolerances, --input or --rtol/--atol/--atol-max-scale")
     expected, actual = load_npz(args.expected), load_npz(args.actual)
-    report = compare_arrays(expected, actual, tols, default if default is not None else FRAMEWORK_FLOAT64)
+    tols, default = {}, FRAMEWORK_FLOAT64
+    if args.tolerances:
+        tols, given = load_tolerances(args.tolerances)
+        default = given if given is not None else default
+    elif args.input:
+        tols = policy_tolerances(args.input, expected)
+        print(f"tolerances: float64 policy for {args.input} (docs/tolerance.md)")
+    elif bounds:
+        default = tolerance(rtol=args.rtol or 0.0, atol=args.atol or 0.0, atol_max_scale=args.atol_max_scale or 0.0)
+    report = compare_arrays(expected, actual, tols, default)
     print(report)
+    if not report.ok and not (args.tolerances or args.input or bounds):
+        print("(default tolerance rtol 1e-10, atol 1e-12·max|expected|, which scales with the array's own "
+              "values; --input INPUT.npz uses the float64 policy, whose bounds come from the problem)")
     return 0 if report.ok else 1
 
 
 def register(subparsers) -> None:
-    """Add ``ntpref compare EXPECTED.npz ACTUAL.npz [--rtol R --atol A | --tolerances FILE.json]``."""
+    """Add ``ntpref compare EXPECTED.npz ACTUAL.npz [--input INPUT.npz | --tolerances FILE.json | --rtol R ...]``."""
     text = "compare two npz result files array by array (exit 0 all agree, 1 any difference, 2 bad input)"
-    p = subparsers.add_parser("compare", help=text, description=text + ". Without tolerance options: "
-                              "rtol 1e-10 and atol 1e-12·max|expected| (another float64 framework). "
-                              "--rtol 0 --atol 0 compares bits.")
+    p = subparsers.add_parser("compare", help=text, description=text + ". "
+                              "--input INPUT.npz: the float64 tolerance policy (docs/tolerance.md): each "
+                              "array's bound comes from the problem (the magnitudes of the quantities it is "
+                              "computed from, a rounding-error bound that holds for any summation order; for "
+                              "a train input also the measured growth of rounding along the trajectory), so "
+                              "every correct float64 implementation passes, including outputs that are 0 in "
+                              "exact arithmetic, and a 1e-6 relative error fails. The same tolerances are "
+                              "stored with every reference case (ntpref export writes them into case.json, "
+                              "for --tolerances). Without options: rtol 1e-10 and atol 1e-12·max|expected|. "
+                              "--rtol 0 --atol 0 requires the same values. Byte order and integer widths do "
+                              "not matter; a float array less precise than the expected one, and NaN or inf "
+                              "on either side, fail.")
     p.add_argument("expected", metavar="EXPECTED.npz")
     p.add_argument("actual", metavar="ACTUAL.npz")
-    p.add_argument("--rtol", type=float, help="relative tolerance for every float array (default 0 when any bound is given)")
+    p.add_argument("--input", metavar="INPUT.npz",
+                   help="the eval/train input the results were computed from: use the float64 policy")
+    p.add_argument("--rtol", type=float,
+                   help="relative tolerance for every float array (default 0 when any bound is given)")
     p.add_argument("--atol", type=float, help="absolute tolerance")
     p.add_argument("--atol-max-scale", type=float, help="absolute tolerance as a multiple of max|expected| per array")
     p.add_argument("--tolerances", metavar="FILE.json",
-                   help='JSON {NAME: {"rtol": .., "atol": .., "atol_max_scale": ..}, "default": {..}} '
-                        "(or a case.json from ntpref export)")
+                   help='JSON {NAME: {"rtol": .., "atol": .., "atol_max_scale": .., "atol_per_step": ..}, '
+                        '"default": {..}} (or a case.json from ntpref export)')
     p.set_defaults(func=_handle)

@@ -12,21 +12,24 @@ and the rounding error about ulp(L)/eps ~ 2e-10 |L|, hence the default atol 1e-8
 one or less) and rtol 1e-7.
 
 Command line: ``ntpref gradcheck INPUT.npz [GRADS.npz]`` differentiates our loss of the model in an
-interchange input file (spec/interchange.md; twostage, shallow, indrnn) numerically and compares the
+interchange input file (docs/contract.md; twostage, shallow, indrnn) numerically and compares the
 gradients stored in GRADS.npz (e.g. a PyTorch or JAX result saved as npz) with it. Array names
 follow the ``ntpref eval`` outputs: ``grad_P`` is dL/dP of the output ``loss`` for input array P,
 ``grad0_P`` is dL0/dP of ``loss0`` (the twostage collocation loss); other arrays (``f``, ``logits``,
 ...) are ignored, so a whole eval output may be given. Without GRADS.npz our own closed-form
-gradients (``ntpref eval``) are checked. Exit 0 when all agree, 1 otherwise, 2 on bad input.
+gradients (``ntpref eval``) are checked. Every given array has at least one entry checked
+(``--max-entries`` >= 1); the report says how many entries of each array were. Exit 0 when all
+agree, 1 otherwise, 2 on bad input (messages name the file).
 """
 from __future__ import annotations
 
+import argparse
 import re
 from collections.abc import Callable, Iterable, Mapping
 
 import numpy as np
 
-from ..errors import InputError
+from ..errors import InputError, NtprefError
 from .compare import Report, compare_arrays, tolerance
 
 _GRAD = re.compile(r"grad(\d*)_(.+)")
@@ -57,9 +60,17 @@ def numeric_gradient(loss: Callable[[dict], float], inputs: Mapping[str, np.ndar
 
 
 def _sample(size: int, max_entries: int | None, rng: np.random.Generator) -> np.ndarray | None:
+    """Sorted flat indices of a random sample of ``max_entries`` entries (None: all of them)."""
     if max_entries is None or size <= max_entries:
         return None
     return np.sort(rng.choice(size, size=max_entries, replace=False))
+
+
+def _check_max_entries(max_entries) -> int | None:
+    if max_entries is not None and (isinstance(max_entries, bool) or not isinstance(max_entries, (int, np.integer))
+                                    or max_entries < 1):
+        raise InputError(f"max_entries must be an integer >= 1 (or None for all entries), got {max_entries!r}")
+    return max_entries
 
 
 def gradcheck(fun: Callable[..., tuple[float, Mapping[str, np.ndarray]]], inputs: Mapping[str, np.ndarray],
@@ -68,10 +79,10 @@ def gradcheck(fun: Callable[..., tuple[float, Mapping[str, np.ndarray]]], inputs
     """Check the gradients returned by ``fun(**inputs) -> (loss, {name: dloss/dname})``.
 
     names: check only these gradients (default: every one ``fun`` returns; each must name a float
-    input of the same shape). max_entries: check at most this many randomly chosen entries per
-    array (``seed``), for large arrays. Returns a :class:`ntpref.oracle.compare.Report` whose
-    expected side is the finite-difference gradient ("finite diff") and actual side the given one;
-    given gradients are compared as float64 (a float32 result is accepted, with a looser rtol).
+    input of the same shape). max_entries: check at most this many (>= 1) randomly chosen entries
+    per array (``seed``), for large arrays. Returns a :class:`ntpref.oracle.compare.Report` whose
+    expected side is the finite-difference gradient ("finite diff") and actual side the given one,
+    with ``counts`` = entries checked per array; given gradients are compared as float64.
     """
     _, grads = fun(**inputs)
     names = list(grads) if names is None else list(names)
@@ -92,11 +103,13 @@ def _check(targets: Mapping[str, tuple[Callable[[dict], float], str]], inputs: M
     ``given[name]`` (reported missing when absent)."""
     if not (eps > 0 and np.isfinite(eps)):
         raise InputError(f"eps must be a positive number, got {eps}")
+    max_entries = _check_max_entries(max_entries)
     rng = np.random.default_rng(seed)
-    numeric, actual = {}, {}
+    numeric, actual, counts = {}, {}, {}
     for name, (loss, target) in targets.items():
         x = np.asarray(inputs[target])
         idx = _sample(x.size, max_entries, rng)
+        counts[name] = (x.size if idx is None else idx.size, x.size)
         fd = numeric_gradient(loss, inputs, target, eps, idx)
         g = np.asarray(given[name]) if name in given else None
         if g is not None and g.shape == x.shape and idx is not None:
@@ -104,8 +117,9 @@ def _check(targets: Mapping[str, tuple[Callable[[dict], float], str]], inputs: M
         numeric[name] = fd
         if g is not None:
             actual[name] = np.asarray(g, dtype=np.float64) if g.dtype.kind in "iuf" else g
-    return compare_arrays(numeric, actual, default=tolerance(rtol=rtol, atol=atol),
-                          labels=("finite diff", "given"))
+    report = compare_arrays(numeric, actual, default=tolerance(rtol=rtol, atol=atol), labels=("finite diff", "given"))
+    report.counts = counts
+    return report
 
 
 def _handle(args) -> int:
@@ -113,7 +127,11 @@ def _handle(args) -> int:
     from .npzio import load_npz
 
     inputs = load_npz(args.input)
-    ours = contract.evaluate(inputs, args.backend)
+    try:
+        ours = contract.evaluate(inputs, args.backend)
+    except NtprefError as exc:
+        raise type(exc)(f"{args.input}: {exc}") from None
+    source = args.grads or args.input
     given = load_npz(args.grads) if args.grads else ours
     targets, ignored = {}, []
     for name in given:
@@ -121,13 +139,16 @@ def _handle(args) -> int:
         if not m:
             ignored.append(name)
             continue
-        loss_name = f"loss{m.group(1)}"
-        if m.group(2) not in inputs or loss_name not in ours:
-            raise InputError(f"{args.grads}: array '{name}': the input has no array '{m.group(2)}' or the model "
+        loss_name, wrt = f"loss{m.group(1)}", m.group(2)
+        if wrt not in inputs or loss_name not in ours:
+            raise InputError(f"{source}: array '{name}': the input {args.input} has no array '{wrt}' or the model "
                              f"no output '{loss_name}'")
-        targets[name] = (lambda arrays, key=loss_name: contract.evaluate(arrays, args.backend)[key], m.group(2))
+        if np.asarray(inputs[wrt]).dtype.kind != "f":
+            raise InputError(f"{source}: array '{name}': input array '{wrt}' of {args.input} is "
+                             f"{inputs[wrt].dtype}, not a float array to differentiate")
+        targets[name] = (lambda arrays, key=loss_name: contract.evaluate(arrays, args.backend)[key], wrt)
     if not targets:
-        raise InputError(f"{args.grads or args.input}: no gradient arrays (named grad_P or grad0_P)")
+        raise InputError(f"{source}: no gradient arrays (named grad_P or grad0_P)")
     report = _check(targets, inputs, given, args.eps, args.rtol, args.atol, args.max_entries, args.seed)
     print(report)
     if ignored and args.grads:
@@ -135,19 +156,32 @@ def _handle(args) -> int:
     return 0 if report.ok else 1
 
 
+def _entries(text: str) -> int:
+    """argparse type of --max-entries: an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1 (every array gets at least one entry checked), "
+                                         f"got {value}")
+    return value
+
+
 def register(subparsers) -> None:
     """Add ``ntpref gradcheck INPUT.npz [GRADS.npz] [--eps --rtol --atol --max-entries --backend]``."""
     text = "check gradients against central finite differences of the oracle's loss"
     p = subparsers.add_parser("gradcheck", help=text, description=text + ". GRADS.npz holds grad_P (dloss/dP) "
                               "and grad0_P (dloss0/dP) arrays, e.g. another framework's gradients for INPUT.npz; "
-                              "without it the oracle's own gradients are checked. Exit 0 ok, 1 mismatch.")
+                              "without it the oracle's own gradients are checked. The report says how many "
+                              "entries of each array were checked. Exit 0 ok, 1 mismatch, 2 bad input.")
     p.add_argument("input", metavar="INPUT.npz")
     p.add_argument("grads", metavar="GRADS.npz", nargs="?")
     p.add_argument("--eps", type=float, default=1e-6, help="finite-difference step (default 1e-6)")
     p.add_argument("--rtol", type=float, default=1e-7, help="relative tolerance (default 1e-7)")
     p.add_argument("--atol", type=float, default=1e-8, help="absolute tolerance (default 1e-8)")
-    p.add_argument("--max-entries", type=int, default=None,
-                   help="check at most this many random entries per array (default all)")
+    p.add_argument("--max-entries", type=_entries, default=None, metavar="N",
+                   help="check N >= 1 random entries per array (default all)")
     p.add_argument("--seed", type=int, default=0, help="seed of the entry sample")
     p.add_argument("--backend", choices=("numba", "numpy"), default="numba")
     p.set_defaults(func=_handle)
