@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Generate the stored reference cases in ``reference_runs/`` (spec/interchange.md, "Reference runs").
+"""Generate the stored reference cases in ``reference_runs/`` (docs/contract.md, "Stored reference cases").
 
     python scripts/make_reference_runs.py                 # (re)generate every case
     python scripts/make_reference_runs.py CASE ...        # only these
@@ -96,7 +96,7 @@ def build_twostage_random_train(cfg: dict, seed: int) -> dict:
 
 
 def _tokens(rng, n: int, T: int, d: int) -> np.ndarray:
-    """Tokens i.i.d. N(0, I_d), each scaled by min(1, 1/||x_t||) (spec shallow §5)."""
+    """Tokens i.i.d. N(0, I_d), each scaled by min(1, 1/||x_t||) (docs/shallow.md §5)."""
     X = rng.standard_normal((n, T, d))
     return X * np.minimum(1.0, 1.0 / np.linalg.norm(X, axis=2, keepdims=True))
 
@@ -174,9 +174,9 @@ CASES = [
                                                [3, 3, 2, 2, 1, 1], [1, 2, 3, 4, 0, 0]],
           "targets": [3, 2, 4, 0, 3, 2, 1]}, 3, build_twostage_sentences_eval),
     Case("twostage_train_five_token", "twostage", "train",
-         "Algorithm 1 on the 5-token example (spec twostage §8): zero init, eta0 = 0.2/sqrt 5, eta = 0.05/sqrt 5, "
+         "Algorithm 1 on the 5-token example (docs/twostage.md §8): zero init, eta0 = 0.2/sqrt 5, eta = 0.05/sqrt 5, "
          "T0 = 500, T = 2000, stable direction; full stage-1 and stage-2 loss / norm / correlation trajectories, "
-         "max-margin solutions, L*; rho(W_kq, W_kq*) at t = 100, 1000 are the spec's 0.98865, 0.99701",
+         "max-margin solutions, L*; rho(W_kq, W_kq*) at t = 100, 1000 are the values of docs/twostage.md §8, 0.98865, 0.99701",
          {**PAPER, "T0": 500, "T": 2000}, 0, build_twostage_five_token_train),
     Case("twostage_train_K20", "twostage", "train",
          "the paper's Figure 2 configuration (K = d = 20, N = 200, lengths 2..6, one-hot, eta0 = 0.2/sqrt d, "

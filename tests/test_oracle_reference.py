@@ -110,7 +110,7 @@ def test_manifest_tolerances_follow_the_float64_policy(manifest, case):
 
 
 def test_five_token_reference_matches_spec_values():
-    """spec/twostage.md §8: W_ov*, W_kq* in closed form and rho(W_kq, W_kq*) at t = 100, 1000."""
+    """docs/twostage.md §8: W_ov*, W_kq* in closed form and rho(W_kq, W_kq*) at t = 100, 1000."""
     e = load_npz(REPO_RUNS / "twostage_train_five_token" / "expected.npz")
     K = 5
     assert np.allclose(e["W_ov_star"], (np.arange(K)[:, None] == (np.arange(K)[None, :] + 1) % K) - 0.2, atol=1e-9)
@@ -120,14 +120,14 @@ def test_five_token_reference_matches_spec_values():
     assert np.allclose(e["W_kq_star"], W, atol=1e-9)
     assert round(float(e["stage2_corr"][100]), 5) == 0.98865
     assert round(float(e["stage2_corr"][1000]), 5) == 0.99701
-    # stage 1 from zero init with E = I, C = V stays on the ray of W_ov*: L0(t) in closed form (spec §6)
+    # stage 1 from zero init with E = I, C = V stays on the ray of W_ov*: L0(t) in closed form (docs/twostage.md §6)
     t = np.arange(501)
     eta0 = 0.2 / np.sqrt(K)
     assert np.allclose(e["stage1_loss"], np.log1p((K - 1) * np.exp(-eta0 * t / np.sqrt(K - 1))), rtol=1e-12)
 
 
 def test_stored_input_runs_through_the_cli_and_compares_cleanly(manifest, tmp_path):
-    """spec/interchange.md: a case's input runs unchanged through ntpref eval/train and its expected file
+    """docs/contract.md: a case's input runs unchanged through ntpref eval/train and its expected file
     compares cleanly through ntpref compare (default tolerances); a few fast cases covering all three models."""
     for case in (EVAL_CASE, "twostage_train_five_token", "shallow_eval_mask_tau", "indrnn_eval"):
         kind = manifest["cases"][case]["kind"]

@@ -1,4 +1,4 @@
-"""Data of spec/shallow.md §5: the teacher against a direct evaluation of its formula (both attention
+"""Data of docs/shallow.md §5: the teacher against a direct evaluation of its formula (both attention
 modes), reproducibility, the autoregressive windows' lag structure, positional channels and splits."""
 import math
 

@@ -1,4 +1,4 @@
-"""Shallow multi-head transformer (spec/shallow.md §1–§2): gradients, backends, determinism, closed forms."""
+"""Shallow multi-head transformer (docs/shallow.md §1–§2): gradients, backends, determinism, closed forms."""
 import math
 
 import numba
@@ -20,7 +20,7 @@ CONFIGS = [
 
 
 def tokens(rng, n, T, d):
-    """Tokens N(0, I) scaled into the unit ball (spec §5)."""
+    """Tokens N(0, I) scaled into the unit ball (docs/shallow.md §5)."""
     X = rng.standard_normal((n, T, d))
     return X / np.maximum(1.0, np.linalg.norm(X, axis=2, keepdims=True))
 
@@ -122,7 +122,7 @@ def test_paired_init_gives_zero_output(rng, backend):
     X = tokens(rng, 30, 5, 3)
     for kw in (dict(), dict(tau_att=0.5, mask_last_key=True, activation="erf")):
         assert np.max(np.abs(forward(X, c, U, W, backend=backend, **kw))) <= 1e-15
-    # the gradient is not zero: c's gradient sees σ(s) (spec §2)
+    # the gradient is not zero: c's gradient sees σ(s) (docs/shallow.md §2)
     _, loss, gc, _, _ = loss_and_grad(X, np.ones(30), c, U, W, backend=backend)
     assert loss == pytest.approx(1.0) and np.max(np.abs(gc)) > 0
     with pytest.raises(InputError, match="even"):
@@ -190,7 +190,7 @@ def test_validation_names_the_array(rng):
 
 @pytest.mark.slow
 def test_paper_scale_backends_agree(rng):
-    """Teacher–student scale of spec §5 (n = 4000, T = 16, d = 8, m = 64): one full-batch evaluation."""
+    """Teacher–student scale of docs/shallow.md §5 (n = 4000, T = 16, d = 8, m = 64): one full-batch evaluation."""
     X = tokens(rng, 4000, 16, 8)
     c, U, W = paired_init(64, 8, seed=1)
     c = c + 0.1 * rng.standard_normal(64)

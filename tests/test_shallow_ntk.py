@@ -1,4 +1,4 @@
-"""NTK objects (spec/shallow.md §4, §5): the closed-form Gram matrix against per-sample gradients from
+"""NTK objects (docs/shallow.md §4, §5): the closed-form Gram matrix against per-sample gradients from
 the model's loss_and_grad, symmetry / PSD, bitwise determinism (blocks, threads), both backends, the
 linearisation, the limit kernel against the arcsine closed form, transport and the worst-case direction."""
 import math

@@ -1,4 +1,4 @@
-"""IndRNN baseline (spec/shallow.md §6): gradients vs central finite differences, NumPy vs Numba,
+"""IndRNN baseline (docs/shallow.md §6): gradients vs central finite differences, NumPy vs Numba,
 thread-count invariance, the paired initialisation, the T = 1 closed form, and long/large inputs."""
 import math
 
@@ -22,7 +22,7 @@ def _dsigma(x, act):
 
 
 def _problem(rng, n, T, d, m):
-    """Random tokens with ‖x_t‖ ≤ 1 (spec §1) and generic (non-paired) parameters, |u_i| up to 1.2."""
+    """Random tokens with ‖x_t‖ ≤ 1 (docs/shallow.md §1) and generic (non-paired) parameters, |u_i| up to 1.2."""
     X = rng.standard_normal((n, T, d))
     X /= np.maximum(1.0, np.linalg.norm(X, axis=2, keepdims=True))
     y = rng.standard_normal(n)

@@ -1,4 +1,4 @@
-"""Partial orders, realizability and generators of the two-stage paper (spec/twostage.md §1, §7, §8)."""
+"""Partial orders, realizability and generators of the two-stage paper (docs/twostage.md §1, §7, §8)."""
 import numpy as np
 import pytest
 
@@ -6,7 +6,7 @@ from ntpref.errors import InfeasibleError, InputError
 from ntpref.twostage.data import (Dataset, check_realizable, extended_order, find_cycle, five_token_example,
                                   observed_relations, optimal_tokens, random_realizable, unseen_sentences)
 
-# spec §8, by hand: optimal tokens and the relations they reveal
+# docs/twostage.md §8, by hand: optimal tokens and the relations they reveal
 FIVE_OPTIMAL = [1, 3, 4, 0, 1, 3]
 FIVE_R = {0: {(1, 2), (1, 0), (3, 1), (3, 0), (4, 2), (4, 0)},
           2: {(0, 4), (0, 2), (1, 0), (1, 2), (3, 2)}}

@@ -1,4 +1,4 @@
-"""Normalized-GD directions (spec/twostage.md §4): "stable" log-scale vs "naive" float64, checked against
+"""Normalized-GD directions (docs/twostage.md §4): "stable" log-scale vs "naive" float64, checked against
 a high-precision (mpmath) evaluation of the same closed-form gradient, the stage-1 closed form of §6 and
 the 5-token milestones of §8."""
 import mpmath
@@ -10,7 +10,7 @@ from ntpref.twostage.data import Dataset
 
 from test_twostage_model import random_dataset, weights_for
 
-# spec §8: K = 5, E = I, n(x) = x + 1 mod 5
+# docs/twostage.md §8: K = 5, E = I, n(x) = x + 1 mod 5
 FIVE_SENTENCES = [[1, 2, 0], [3, 1, 0], [4, 2, 0], [0, 4, 2], [1, 0, 2], [3, 3, 2]]
 FIVE_TARGETS = [2, 4, 0, 1, 2, 4]
 

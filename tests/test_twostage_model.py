@@ -181,7 +181,7 @@ def test_saturated_weights_stay_finite(rng, scale, backend):
 
 
 def _w_ov_star(succ, K):
-    """W_ov*[v, x] = 1[v = n(x)] - 1/K for x with a successor (spec §5, E = I), 0 elsewhere."""
+    """W_ov*[v, x] = 1[v = n(x)] - 1/K for x with a successor (docs/twostage.md §5, E = I), 0 elsewhere."""
     M = np.zeros((K, K))
     for x in range(K):
         if succ[x] >= 0:

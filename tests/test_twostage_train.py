@@ -18,7 +18,7 @@ def five():
 
 @pytest.fixture(scope="module")
 def five_run(five):
-    """The spec §8 run: T0 = 500, stable direction, 20000 stage-2 steps."""
+    """The docs/twostage.md §8 run: T0 = 500, stable direction, 20000 stage-2 steps."""
     return two_stage(five, eta0=ETA0_5, eta=ETA_5, T0=500, T=20000)
 
 
@@ -29,7 +29,7 @@ def task20():
 
 @pytest.mark.parametrize("K,direction,backend", [(5, "stable", "numba"), (20, "naive", "numpy"), (8, "stable", "numpy")])
 def test_stage1_ray_closed_form(K, direction, backend):
-    # spec §6: zero init, E = I, C = V, uniform weights -> W_ov(t) = eta0 t W*/||W*||
+    # docs/twostage.md §6: zero init, E = I, C = V, uniform weights -> W_ov(t) = eta0 t W*/||W*||
     ds = five_token_example() if K == 5 else random_realizable(K=K, N=30, seed=3).dataset
     eta0, T0 = 0.2 / np.sqrt(K), 300
     res = two_stage(ds, eta0=eta0, T0=T0, T=0, direction=direction, backend=backend)
@@ -43,7 +43,7 @@ def test_stage1_ray_closed_form(K, direction, backend):
 
 
 def test_five_token_milestones_stable(five_run):
-    # spec §8: rho(W_kq, W_kq*) at t = 100, 1000, 5000, 20000 (5 d.p.)
+    # docs/twostage.md §8: rho(W_kq, W_kq*) at t = 100, 1000, 5000, 20000 (5 d.p.)
     res = five_run
     assert np.linalg.norm(res.W_kq_star) == pytest.approx(2.36643, abs=5e-6)
     for t, value in ((100, 0.98865), (1000, 0.99701), (5000, 0.99984), (20000, 0.99999)):
@@ -59,7 +59,7 @@ def test_five_token_naive_direction_stalls(five, five_run):
     # where the plain float64 gradient is accurate both directions agree ...
     np.testing.assert_allclose(naive.stage2["corr"][:1001], five_run.stage2["corr"][:1001], rtol=0, atol=1e-12)
     np.testing.assert_allclose(naive.stage1["loss"], five_run.stage1["loss"], rtol=1e-12)
-    # ... later it loses the direction and the correlation falls back (spec §4: stalls near 0.72)
+    # ... later it loses the direction and the correlation falls back (docs/twostage.md §4: stalls near 0.72)
     assert abs(naive.stage2["corr"][20000] - 0.72) < 0.01
     assert five_run.stage2["corr"][20000] - naive.stage2["corr"][20000] > 0.25
 

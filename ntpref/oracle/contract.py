@@ -1,4 +1,4 @@
-"""The ``eval`` / ``train`` contract of spec/interchange.md: a dict of arrays in, a dict of arrays out.
+"""The ``eval`` / ``train`` contract of docs/contract.md: a dict of arrays in, a dict of arrays out.
 
 Every input holds a 0-d string array ``model``; the rest is handled by the model's own contract
 module, which validates names (unknown ones are errors), shapes, dtypes and values:
@@ -49,7 +49,7 @@ def _finite_outputs(compute: Callable[[], dict]) -> dict[str, np.ndarray]:
 
 
 def evaluate(arrays: Mapping[str, np.ndarray], backend: str = "numba") -> dict[str, np.ndarray]:
-    """Outputs of ``ntpref eval`` for an input dict (see spec/interchange.md)."""
+    """Outputs of ``ntpref eval`` for an input dict (see docs/contract.md)."""
     check_backend(backend)
     model, module, rest = _split(arrays)
     return _finite_outputs(lambda: module.evaluate(model, rest, backend))
@@ -57,7 +57,7 @@ def evaluate(arrays: Mapping[str, np.ndarray], backend: str = "numba") -> dict[s
 
 def train(arrays: Mapping[str, np.ndarray], backend: str = "numba",
           progress: Callable[[str, int, int], None] = silent) -> dict[str, np.ndarray]:
-    """Outputs of ``ntpref train`` for an input dict (see spec/interchange.md)."""
+    """Outputs of ``ntpref train`` for an input dict (see docs/contract.md)."""
     check_backend(backend)
     model, module, rest = _split(arrays)
     return _finite_outputs(lambda: module.train(model, rest, backend, progress))

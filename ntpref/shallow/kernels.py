@@ -1,4 +1,4 @@
-"""Numba kernels of the shallow multi-head transformer (spec/shallow.md §1–§2).
+"""Numba kernels of the shallow multi-head transformer (docs/shallow.md §1–§2).
 
 Inputs (converted once by :mod:`ntpref.shallow.model`): X [n, T, d] (row T−1 is the query q),
 c [m], ``Wr`` [d, d, m] with Wr[l, k, i] = W[i, k, l], ``UT`` [d, m] = U^T (heads last, so every inner
@@ -181,7 +181,7 @@ def head_states_kernel(X, Wr, UT, inv_tau, n_keys, s, a, MU):
 
 @njit(cache=True, parallel=True, error_model="numpy")
 def loss_grad_kernel(X, y, c, Wr, UT, inv_tau, n_keys, code, g_scale, f, grad_c, grad_U, grad_W):
-    """One fused pass (spec §2). Per sample: f_j, g_j = g_scale (f_j − y_j) (g_scale = κ/n), and
+    """One fused pass (docs/shallow.md §2). Per sample: f_j, g_j = g_scale (f_j − y_j) (g_scale = κ/n), and
       e_ji = g_j c_i σ'(s_ji)/√m,  grad_c_i += g_j σ(s_ji)/√m,  grad_U_i += e_ji a_ji,
       grad_W_i += e_ji (M U)_ji q_j^T / τ_att.
     Outputs (overwritten): f [n], grad_c [m], grad_U [d, m], grad_W [d, d, m] (heads last)."""

@@ -1,4 +1,4 @@
-"""Shallow multi-head transformer of paper (2): outputs, loss, closed-form gradients (spec/shallow.md §1–§2).
+"""Shallow multi-head transformer of paper (2): outputs, loss, closed-form gradients (docs/shallow.md §1–§2).
 
 Shapes: X [n, T, d] (row t is token x_t, the query q = x_T is row T − 1), y [n], c [m], U [m, d],
 W [m, d, d]. For head i and sample X:
@@ -7,7 +7,7 @@ W [m, d, d]. For head i and sample X:
 
 Loss convention (κ ∈ {1, 2}): with r_j = f(X_j) − y_j,
   loss = (κ / 2n) Σ_j r_j²       κ = 2: the paper's mean squared error (1/n) Σ r²;  κ = 1: half of it,
-so that ∂loss/∂f_j = g_j = κ r_j / n exactly (spec §2) and every gradient returned here is the exact
+so that ∂loss/∂f_j = g_j = κ r_j / n exactly (docs/shallow.md §2) and every gradient returned here is the exact
 gradient of the loss returned with it.
 
 Both backends ("numba": :mod:`ntpref.shallow.kernels`; "numpy": the vectorised formulas below) share
@@ -101,7 +101,7 @@ def loss_from_outputs(f: np.ndarray, y: np.ndarray, kappa: float) -> float:
 
 
 def _states_np(inp: _Inputs):
-    """NumPy: a [n, m, d], s [n, m], MU [n, m, d], q [n, d] (spec §1–§2, O(n m (d² + T d)))."""
+    """NumPy: a [n, m, d], s [n, m], MU [n, m, d], q [n, d] (docs/shallow.md §1–§2, O(n m (d² + T d)))."""
     X, U, W = inp.b.X, inp.U, inp.W
     q = X[:, -1, :]
     keys = X[:, :inp.b.n_keys, :]
@@ -129,7 +129,7 @@ def _heads_last(inp: _Inputs):
 
 
 def batch_forward(b: Batch, c, U, W) -> np.ndarray:
-    """Outputs f [n] = m^{-1/2} Σ_i c_i σ(U_i^T a_i(X_j)) (spec §1) on a validated :class:`Batch`."""
+    """Outputs f [n] = m^{-1/2} Σ_i c_i σ(U_i^T a_i(X_j)) (docs/shallow.md §1) on a validated :class:`Batch`."""
     inp = _inputs(b, U, W, c)
     if b.backend == "numpy":
         with np.errstate(over="ignore", invalid="ignore"):  # an overflow is refused by require_finite below
@@ -169,7 +169,7 @@ def batch_loss_and_grad(b: Batch, c, U, W, *, kappa=2.0):
 
 
 def forward(X, c, U, W, *, tau_att=1.0, mask_last_key=False, activation="tanh", backend="numba") -> np.ndarray:
-    """Outputs f [n] = m^{-1/2} Σ_i c_i σ(U_i^T a_i(X_j)) (spec §1)."""
+    """Outputs f [n] = m^{-1/2} Σ_i c_i σ(U_i^T a_i(X_j)) (docs/shallow.md §1)."""
     return batch_forward(batch(X, tau_att=tau_att, mask_last_key=mask_last_key, activation=activation,
                                backend=backend), c, U, W)
 
@@ -177,7 +177,7 @@ def forward(X, c, U, W, *, tau_att=1.0, mask_last_key=False, activation="tanh", 
 def loss_and_grad(X, y, c, U, W, *, kappa=2.0, tau_att=1.0, mask_last_key=False, activation="tanh",
                   backend="numba"):
     """(f [n], loss, grad_c [m], grad_U [m, d], grad_W [m, d, d]) with loss = (κ/2n) Σ_j r_j² and the
-    closed-form gradients of spec §2 (g_j = κ r_j / n, e_ji = g_j c_i σ'(s_ji)/√m):
+    closed-form gradients of docs/shallow.md §2 (g_j = κ r_j / n, e_ji = g_j c_i σ'(s_ji)/√m):
       grad_c_i = m^{-1/2} Σ_j g_j σ(s_ji),  grad_U_i = Σ_j e_ji a_ji,
       grad_W_i = τ_att^{-1} Σ_j e_ji (M U)_ji q_j^T.
     Cost O(n m (d² + T d)); no d×d×T tensor."""
@@ -188,7 +188,7 @@ def loss_and_grad(X, y, c, U, W, *, kappa=2.0, tau_att=1.0, mask_last_key=False,
 def head_states(X, U, W, *, tau_att=1.0, mask_last_key=False, backend="numba"):
     """Per-head states (s [n, m], a [n, m, d], MU [n, m, d]): s = U_i^T a_i (pre-activation),
     a_i = Σ_t α_t x_t, MU = M_i U_i = Σ_t α_t x_t (x_t^T U_i − s_i). Everything the NTK features
-    ∂f/∂θ_i and the teacher need (spec §2, §4)."""
+    ∂f/∂θ_i and the teacher need (docs/shallow.md §2, §4)."""
     b = batch(X, tau_att=tau_att, mask_last_key=mask_last_key, backend=backend)
     inp = _inputs(b, U, W)
     if backend == "numpy":
@@ -218,7 +218,7 @@ def _draw(rng, k: int, d: int):
 
 
 def paired_init(m, d, seed):
-    """Paired initialisation (spec §1): heads i < m/2 drawn by :func:`_draw` from
+    """Paired initialisation (docs/shallow.md §1): heads i < m/2 drawn by :func:`_draw` from
     ``np.random.default_rng(seed)``; heads m/2.. copy W, U and flip c (stored as the second half),
     so f ≡ 0. Returns (c [m], U [m, d], W [m, d, d])."""
     m, d, rng = _check_init(m, d, seed, paired=True)

@@ -1,4 +1,4 @@
-"""Per-head projection onto Ω_ρ (spec/shallow.md §3), generic over parameter blocks.
+"""Per-head projection onto Ω_ρ (docs/shallow.md §3), generic over parameter blocks.
 
 A model's parameters are blocks B [m, ...] whose first axis is the head (transformer: c [m], U [m, d],
 W [m, d, d]; IndRNN: c [m], u [m], W_in [m, d]). Each block b has a radius ρ_b; head i must stay in

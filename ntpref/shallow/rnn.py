@@ -1,4 +1,4 @@
-"""The diagonal RNN (IndRNN, Cayci & Eryilmaz) baseline of paper (2), spec/shallow.md §6.
+"""The diagonal RNN (IndRNN, Cayci & Eryilmaz) baseline of paper (2), docs/shallow.md §6.
 
 Model (sample X = [x_1 .. x_T], x_t ∈ R^d; m units; σ = tanh or erf(x/√2))::
 
@@ -139,7 +139,7 @@ def rnn_loss_and_grad(X, y, c, u, W_in, *, kappa=2.0, activation="tanh", backend
 
 
 def rnn_paired_init(m, d, seed):
-    """(c [m], u [m], W_in [m, d]): paired initialisation, so f ≡ 0 at init (spec §6).
+    """(c [m], u [m], W_in [m, d]): paired initialisation, so f ≡ 0 at init (docs/shallow.md §6).
 
     For i < m/2: W_in_i ~ N(0, I_d), u_i = ±1.5 and c_i = ±1 with independent fair signs; the second
     half (rows m/2..m−1) copies W_in and u and flips c. m must be even. Draws, from

@@ -1,4 +1,4 @@
-"""The ``eval`` / ``train`` contract for model = "twostage" (spec/interchange.md).
+"""The ``eval`` / ``train`` contract for model = "twostage" (docs/contract.md).
 
 inputs   tokens [N, Lmax] int (−1 past a sentence's length), lengths [N] int, targets [N] int,
          W_ov [d, d], W_kq [d, d], exactly one of E [d, K] or K (0-d int; E = I_K), optional succ [K] int

@@ -1,4 +1,4 @@
-"""Datasets of the two-stage paper (spec/twostage.md §1, §7, §8).
+"""Datasets of the two-stage paper (docs/twostage.md §1, §7, §8).
 
 A :class:`Dataset` holds N sentences of token ids (padded with -1 to Lmax), their lengths, next-token
 targets, the embedding matrix E [d, K] (columns e_v) and optionally the collocation map ``succ`` (n: V → V,
@@ -311,7 +311,7 @@ def _check_lengths(min_len, max_len) -> tuple[int, int]:
 
 def random_realizable(K: int = 20, N: int = 200, min_len: int = 2, max_len: int = 6, seed: int = 0,
                       embedding: str = "onehot", d: int | None = None) -> RandomTask:
-    """A random realizable dataset (spec §7), reproducible from ``seed`` (np.random.default_rng).
+    """A random realizable dataset (docs/twostage.md §7), reproducible from ``seed`` (np.random.default_rng).
 
     succ is a random permutation of V; every query q gets a hidden random total order (orders[q], a rank per
     token); sentence lengths are uniform on min_len..max_len and tokens uniform on V (the query is the last
@@ -342,7 +342,7 @@ def random_realizable(K: int = 20, N: int = 200, min_len: int = 2, max_len: int 
 
 
 def five_token_example() -> Dataset:
-    """The 5-token example of spec §8: K = 5, E = I, succ x -> x + 1 mod 5, six sentences (last = query).
+    """The 5-token example of docs/twostage.md §8: K = 5, E = I, succ x -> x + 1 mod 5, six sentences (last = query).
 
     [1,2,0]->2  [3,1,0]->4  [4,2,0]->0  [0,4,2]->1  [1,0,2]->2  [3,3,2]->4   (optimal 1, 3, 4, 0, 1, 3)
     """

@@ -1,4 +1,4 @@
-"""Numba kernels of paper (1) (spec/twostage.md §2–§4), all in one module.
+"""Numba kernels of paper (1) (docs/twostage.md §2–§4), all in one module.
 
 Every kernel works in *token space*: with B_ov = E^T W_ov E and B_kq = E^T W_kq E (both [K, K]) a
 sentence τ_1..τ_L with query q = τ_L has
@@ -14,14 +14,14 @@ sentences are the one-token sentences [x] with target n(x)). :func:`pass_serial`
 :func:`sentences_parallel` then :func:`reduce`) handles all modes:
 
     MODE_FORWARD   loss, per-sentence losses, logits, attention
-    MODE_GRAD      + plain float64 gradients G_ov, G_kq (spec §3, p_y - 1 = -Σ_{v≠y} p_v)
-    MODE_KQ_STABLE + the W_kq gradient as exp(log_scale) * G_kq, computed in log scale (spec §4)
+    MODE_GRAD      + plain float64 gradients G_ov, G_kq (docs/twostage.md §3, p_y - 1 = -Σ_{v≠y} p_v)
+    MODE_KQ_STABLE + the W_kq gradient as exp(log_scale) * G_kq, computed in log scale (docs/twostage.md §4)
     MODE_OV_STABLE + the W_ov gradient as exp(log_scale) * G_ov, computed in log scale
 
 Log scale (per sentence): with margins r_v = z_v - z_y and r_max = max_{v≠y} r_v, p̃_v = e^{r_v - r_max}
 (v ≠ y) and S = Σ_{v≠y} p̃_v (summed in v order) give p_v = e^m p̃_v, m = max_{v≠y} log p_v =
 r_max - log(1 + e^{r_max} S), so g_z = e^m g̃ with g̃ = p̃ - S e_y (no cancellation, no underflow).
-The attention part (spec §4) uses u_l = e^{s_l - s_1} (s_1 = s_{l1}, l1 the first arg max of the scores,
+The attention part (docs/twostage.md §4) uses u_l = e^{s_l - s_1} (s_1 = s_{l1}, l1 the first arg max of the scores,
 U = Σ_l u_l, so φ = u/U), the class A = {l : a_l = a_{l1}} of the arg max, D_l = a_l - a_{l1} (0 on A),
 s_2 = max_{l∉A} s_l and v_l = e^{s_l - s_2} (l ∉ A); every u_l, v_l ≤ 1. Exactly,
 
@@ -203,7 +203,7 @@ def _sentence_a(i, tokens, lengths, BovT, gz, a):
 
 @njit(cache=True, error_model="numpy")
 def _naive_rows(i0, i1, tokens, lengths, BovT, m, ex, gz, attn, a, gs):
-    """Plain float64 gradients of sentences i0..i1-1 (spec §3): gz[i] ← g_z = e^m g̃ (the e^m of all
+    """Plain float64 gradients of sentences i0..i1-1 (docs/twostage.md §3): gz[i] ← g_z = e^m g̃ (the e^m of all
     sentences in one exponential loop), a = X^T W_ov^T E g_z, gs[i] = g_s = φ ⊙ (a - (φ·a) 1)."""
     for i in range(i0, i1):
         ex[i] = m[i]
@@ -457,7 +457,7 @@ def _transpose_into(A, out):
 @njit(cache=True, error_model="numpy")
 def ngd_steps(tokens, lengths, targets, weights, E, onehot, W_ov, W_kq, train_kq, xstar, eta, mode, t0, t1, T,
               loss, accuracy, attn_opt, W_hist):
-    """Steps t = t0..t1-1 of normalized GD (spec §4) on a weighted sentence set, all in compiled code.
+    """Steps t = t0..t1-1 of normalized GD (docs/twostage.md §4) on a weighted sentence set, all in compiled code.
 
     Trains W_kq (``train_kq``, W_ov frozen: stage 2) or W_ov (W_kq unused: stage 1) in place:
     W ← W − η G/‖G‖_F with G the gradient of the trained matrix from a pass in ``mode`` (MODE_GRAD,

@@ -1,5 +1,5 @@
 """One-layer transformer of paper (1): forward pass, Eq. 1 loss, closed-form gradients, collocation loss
-L0, the ideal feed-forward closed form and the normalized-GD directions (spec/twostage.md §2–§4).
+L0, the ideal feed-forward closed form and the normalized-GD directions (docs/twostage.md §2–§4).
 
 Per sentence X = [e_τ1 .. e_τL] (query x_L = e_q, target y):
 
@@ -303,7 +303,7 @@ def forward(ds: Dataset, W_ov, W_kq, backend: str = "numba") -> Forward:
 
 
 def loss_and_grad(ds: Dataset, W_ov, W_kq, backend: str = "numba"):
-    """(loss, grad_W_ov [d, d], grad_W_kq [d, d]) of Eq. 1, closed-form gradients of spec §3."""
+    """(loss, grad_W_ov [d, d], grad_W_kq [d, d]) of Eq. 1, closed-form gradients of docs/twostage.md §3."""
     backend = check_backend(backend)
     prep = _prepared(ds)
     return _loss_and_grad(prep, _weight("W_ov", W_ov, prep.d), _weight("W_kq", W_kq, prep.d), backend)
@@ -323,7 +323,7 @@ def kq_direction(ds: Dataset, W_ov, W_kq, method: str = "stable", backend: str =
     """Normalized-GD direction of stage 2: G/‖G‖_F with G = ∇_{W_kq} L (Eq. 1).
 
     "naive": from the float64 gradient of :func:`loss_and_grad`; "stable": computed in log scale
-    (spec §4, kernels docstring), equal to the naive one where that is accurate and still accurate
+    (docs/twostage.md §4, kernels docstring), equal to the naive one where that is accurate and still accurate
     when p_y - 1 or the attention gradient underflow or cancel."""
     backend, method = check_backend(backend), _check_method(method)
     prep = _prepared(ds)
@@ -355,7 +355,7 @@ def _ideal_ff_tokens(succ: np.ndarray, lam: float) -> np.ndarray:
 
 def ideal_ff_loss(ds: Dataset, W_kq, lam, backend: str = "numba") -> float:
     """Eq. 1 with the ideal feed-forward: z_v = λ' (ψ_v - ψ_C/K), ψ_v = attention mass on tokens whose
-    successor is v, ψ_C = mass on tokens with a successor (= 1 when C = V, giving the spec's
+    successor is v, ψ_C = mass on tokens with a successor (= 1 when C = V, giving docs/twostage.md's
     λ'(ψ_v - 1/K)), λ' = λ/‖W_ov*‖ with ‖W_ov*‖² = |C|(K-1)/K. Equals Eq. 1 with W_ov = λ W_ov*/‖W_ov*‖
     for orthonormal E; for other E it is this closed form by definition. Needs ds.succ."""
     backend = check_backend(backend)

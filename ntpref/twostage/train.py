@@ -1,4 +1,4 @@
-"""Algorithm 1 of spec/twostage.md §4: two-stage normalized gradient descent.
+"""Algorithm 1 of docs/twostage.md §4: two-stage normalized gradient descent.
 
 stage 1 (pre-processing, feed-forward): W_ov ← W_ov0 (0);  T0 times  W_ov ← W_ov − η0 G/‖G‖_F,  G = ∇L0(W_ov)
 stage 2 (main, attention, W_ov frozen):  W_kq ← W_kq0 (0); T  times  W_kq ← W_kq − η  G/‖G‖_F,  G = ∇_{W_kq} L
@@ -48,7 +48,7 @@ class TwoStageResult:
                        ``ideal_ff``
     W_ov_stage1 [d, d] the stage-1 result itself
     W_kq       [d, d]  the stage-2 result
-    W_ov_star, W_kq_star [d, d]  max-margin solutions (spec §5); ``certificates`` holds their Certificates
+    W_ov_star, W_kq_star [d, d]  max-margin solutions (docs/twostage.md §5); ``certificates`` holds their Certificates
                        under the keys "W_ov_star" and "W_kq_star"
     stage1     dict of [T0 + 1] arrays over t = 0..T0: "loss" L0, "norm" ‖W_ov‖_F, "corr" ρ(W_ov, W_ov*)
     stage2     dict of [T + 1] arrays over t = 0..T: "loss" L (Eq. 1 on the stage-2 sentences), "norm"
@@ -56,7 +56,7 @@ class TwoStageResult:
                target logit is strictly the largest), "attn_opt" (mean attention mass on the optimal token
                x*, all its copies)
     loss_floor L* = mean over the stage-2 sentences of −log softmax(E^T W_ov e_{x*})_y (attention fully on
-               x*, W_ov frozen); L − L* → 0 is the stage-2 prediction of spec §6
+               x*, W_ov frozen); L − L* → 0 is the stage-2 prediction of docs/twostage.md §6
     stop1, stop2  :class:`Stop` of each stage
     lam        λ of the ideal feed-forward (None when not used)
     snapshots  {t: W_kq after t stage-2 updates} for the requested ``snapshots`` steps
@@ -139,7 +139,7 @@ def two_stage(ds: Dataset, *, eta0: float | None = None, eta: float | None = Non
               seed: int = 0, C=None, l0_weights=None, ideal_ff: bool | float = False, include_D0: bool = False,
               snapshots: Sequence[int] = (), backend: str = "numba",
               progress: Callable[[str, int, int], None] = silent) -> TwoStageResult:
-    """Run Algorithm 1 (spec §4) on a realizable dataset with a collocation map ``ds.succ``.
+    """Run Algorithm 1 (docs/twostage.md §4) on a realizable dataset with a collocation map ``ds.succ``.
 
     eta0, eta    step sizes; default the paper's 0.2/√d and 0.05/√d
     T0, T        number of updates of stage 1 and stage 2
