@@ -1,18 +1,21 @@
-"""Max-margin solutions (spec/twostage.md §5, §8): closed forms, the certified QP, KKT, infeasibility."""
+"""Max-margin solutions (docs/twostage.md §5, §8): closed forms, the certified QP, KKT, infeasibility."""
 
 import numpy as np
 import pytest
 
 from ntpref.errors import InfeasibleError, InputError, NtprefError
+from ntpref.twostage import least_norm as ln
 from ntpref.twostage import svm
 from ntpref.twostage.data import Dataset, five_token_example, observed_relations, random_realizable
-from ntpref.twostage.svm import W_kq_star, W_ov_star, least_norm, rho
+from ntpref.twostage.least_norm import SolverError, least_norm, solve_ldp
+from ntpref.twostage.svm import W_kq_star, W_ov_star, rho
 
 
-def assert_certified(cert):
+def assert_certified(cert, W):
+    """Margins ≥ 1 − 1e-9, λ ≥ 0, |duality gap| ≤ 1e-12 ‖W‖² (well-conditioned problems: no float64 floor)."""
     assert cert.min_margin >= 1 - 1e-9
     assert cert.max_dual_violation == 0.0
-    assert abs(cert.duality_gap) <= 1e-10
+    assert abs(cert.duality_gap) <= 1e-12 * np.sum(np.square(W))
 
 
 def kq_rows(ds):
@@ -36,7 +39,7 @@ def assert_kkt(A, w):
     slackness λ_i (a_i^T w − 1) = 0."""
     m = A @ w
     assert m.min() >= 1 - 1e-9
-    _, lam, _ = svm._solve_ldp(A)
+    _, lam, _ = solve_ldp(A)
     assert lam.min() >= 0.0
     scale = max(1.0, np.abs(w).max())
     np.testing.assert_allclose(A.T @ lam, w, atol=1e-9 * scale)
@@ -51,11 +54,11 @@ def test_five_token_W_kq_star_spec_values():
     expected[:, 2] = [0.2, 1.2, -0.8, 0.2, -0.8]
     np.testing.assert_allclose(W, expected, atol=1e-12)
     assert round(np.linalg.norm(W), 5) == 2.36643
-    assert_certified(cert)
+    assert_certified(cert, W)
     assert cert.iterations > 0
     W_qp, cert_qp = W_kq_star(ds, method="qp")          # the general QP path on the one-hot problem
     np.testing.assert_allclose(W_qp, expected, atol=1e-8)
-    assert_certified(cert_qp)
+    assert_certified(cert_qp, W_qp)
     assert_kkt(kq_rows(ds), W_qp.ravel())
 
 
@@ -65,11 +68,11 @@ def test_five_token_W_ov_star_closed_form():
     W, cert = W_ov_star(ds.E, ds.succ)
     np.testing.assert_allclose(W, M, atol=1e-15)
     assert np.sum(W * W) == pytest.approx(5 * 4 / 5, rel=1e-14)
-    assert_certified(cert)
+    assert_certified(cert, W)
     assert cert.iterations == 0 and cert.min_margin == pytest.approx(1.0, abs=1e-15)
     W_qp, cert_qp = W_ov_star(ds.E, ds.succ, method="qp")
     np.testing.assert_allclose(W_qp, M, atol=1e-8)
-    assert_certified(cert_qp)
+    assert_certified(cert_qp, W_qp)
     # a subset C: columns outside C are zero, ‖W‖² = |C|(K−1)/K
     C = [0, 2, 3]
     W, cert = W_ov_star(ds.E, ds.succ, C=C)
@@ -86,15 +89,15 @@ def test_orthonormal_embedding_closed_forms_match_qp():
     W, cert = W_kq_star(ds)
     W_qp, cert_qp = W_kq_star(ds, method="qp")
     np.testing.assert_allclose(W, W_qp, atol=1e-8)
-    for c in (cert, cert_qp):
-        assert_certified(c)
+    assert_certified(cert, W)
+    assert_certified(cert_qp, W_qp)
     assert_kkt(kq_rows(ds), W.ravel())
     M = (np.arange(7)[:, None] == ds.succ[None, :]) - 1 / 7
     Wo, cert = W_ov_star(ds.E, ds.succ)
     np.testing.assert_allclose(Wo, ds.E @ M @ ds.E.T, atol=1e-14)
     assert np.sum(Wo * Wo) == pytest.approx(7 * 6 / 7, rel=1e-12)
     np.testing.assert_allclose(W_ov_star(ds.E, ds.succ, method="qp")[0], Wo, atol=1e-8)
-    assert_certified(cert)
+    assert_certified(cert, Wo)
     # the one-hot version of the same task has the same M (W = E M E^T)
     W1, _ = W_kq_star(Dataset(ds.tokens, ds.lengths, ds.targets, np.eye(7), ds.succ))
     np.testing.assert_allclose(W, ds.E @ W1 @ ds.E.T, atol=1e-10)
@@ -105,10 +108,10 @@ def test_gaussian_embedding_certificate_and_kkt(seed):
     task = random_realizable(K=8, N=100, seed=seed, embedding="gaussian")
     ds = task.dataset
     W, cert = W_kq_star(ds)
-    assert_certified(cert)
+    assert_certified(cert, W)
     assert_kkt(kq_rows(ds), W.ravel())
     Wo, cert_o = W_ov_star(ds.E, ds.succ)
-    assert_certified(cert_o)
+    assert_certified(cert_o, Wo)
     assert_kkt(ov_rows(ds.E, ds.succ), Wo.ravel())
     with pytest.raises(InputError, match="orthonormal"):
         W_ov_star(ds.E, ds.succ, method="orthonormal")
@@ -123,7 +126,7 @@ def test_least_norm_small_problems():
     for A, w_expected in cases:
         w, cert = least_norm(A)
         np.testing.assert_allclose(w, w_expected, atol=1e-13)
-        assert_certified(cert)
+        assert_certified(cert, w)
     w, cert = least_norm(np.zeros((0, 3)))
     np.testing.assert_array_equal(w, np.zeros(3))
     assert cert.min_margin == np.inf and cert.duality_gap == 0.0
@@ -139,7 +142,7 @@ def test_least_norm_random_degenerate_kkt(rng):
             w, cert = least_norm(A)
         except InfeasibleError:
             continue
-        assert_certified(cert)
+        assert_certified(cert, w)
         assert_kkt(A, w)
 
 
@@ -150,11 +153,49 @@ def test_least_norm_infeasible_and_uncertified(monkeypatch):
         least_norm([[1.0, 2.0], [0.0, 0.0]])
     with pytest.raises(InputError, match="'A'"):
         least_norm([[np.nan, 1.0]])
-    solve = svm._solve_ldp
-    monkeypatch.setattr(svm, "_solve_ldp", lambda A: (lambda w, lam, it: (0.999 * w, lam, it))(*solve(A)))
-    with pytest.raises(svm.SolverError, match="not certified") as info:
+    solve = ln.solve_ldp
+    monkeypatch.setattr(ln, "solve_ldp", lambda A: (lambda w, lam, it: (0.999 * w, lam, it))(*solve(A)))
+    with pytest.raises(SolverError, match="not certified") as info:
         least_norm([[1.0, 0.0], [0.0, 1.0]])
     assert isinstance(info.value, NtprefError)
+
+
+@pytest.mark.parametrize("delta", [1e-3, 1e-6, 1e-9, 1e-11])
+def test_least_norm_large_solution_is_not_infeasible(delta):
+    """w1 ≥ 1 and δ w2 − w1 ≥ 1 give w* = (1, 2/δ): ‖w*‖ up to 2e11 with rows of order 1 (the NNLS slack
+    1/(1 + ‖w‖²) is far below rounding, so the problem is solved again on rescaled rows)."""
+    w, cert = least_norm([[1.0, 0.0], [-1.0, delta]])
+    np.testing.assert_allclose(w, [1.0, 2.0 / delta], rtol=1e-12)
+    assert_certified(cert, w)
+    assert cert.min_margin == pytest.approx(1.0, abs=1e-12)
+
+
+def test_certify_bounds_and_float64_floor():
+    """Margins ≥ 1 − 1e-9 and |gap| ≤ 1e-12 ‖w‖², each relaxed to 64 eps max_i Σ_j |a_ij w_j| when larger."""
+    lam, margins = np.array([0.5, 0.0]), np.array([1.0 - 5e-9, 3.0])
+    with pytest.raises(SolverError, match=r"min margin 0\.999999995 \(need >= 1 - 1e-09\)"):
+        ln.certify(margins, lam, 1.0, 0.0, 1.0, 7)
+    floor_magnitude = 1e-8 / (64 * np.finfo(float).eps)     # a margin resolved only to 1e-8
+    cert = ln.certify(margins, lam, 1.0, 0.0, floor_magnitude, 7)
+    assert cert.min_margin == 1.0 - 5e-9 and cert.iterations == 7
+    assert cert.duality_gap == pytest.approx(-2.5e-9, rel=1e-6)
+    with pytest.raises(SolverError, match=r"duality gap 2\.5e-10 \(need \|gap\| <= 1e-10\)"):
+        ln.certify(np.ones(2), lam, 100.0, 5e-10, 1.0, 0)      # ½‖w − A^T λ‖² counts in the gap
+    with pytest.raises(SolverError, match="dual violation 1e-30"):
+        ln.certify(np.ones(2), np.array([1.0, -1e-30]), 1.0, 0.0, 1.0, 0)
+
+
+def test_uncertified_matrix_solution_names_E(monkeypatch):
+    ds = random_realizable(K=6, N=40, seed=3, embedding="gaussian").dataset
+    solve = svm.solve_ldp
+    monkeypatch.setattr(svm, "solve_ldp", lambda A: (lambda w, lam, it: (0.999 * w, lam, it))(*solve(A)))
+    cond = np.linalg.cond(ds.E)
+    for problem, head in ((lambda: W_kq_star(ds), rf"\(condition number {cond:.3g}\): W_kq"),
+                          (lambda: W_ov_star(ds.E, ds.succ), rf"\(condition number {cond:.3g}\): W_ov"),
+                          (lambda: W_kq_star(five_token_example()), r"\(condition number 1\): W_kq")):  # per column
+        with pytest.raises(SolverError, match=rf"^array 'E' {head}\*: least-norm solution not certified: "
+                                              r"min margin 0\.99899"):
+            problem()
 
 
 def test_W_kq_star_cyclic_dataset_names_cycle():
@@ -193,10 +234,10 @@ def test_rho():
 def test_paper_size_problems_certify():
     """The K = 20 one-hot task and a Gaussian-embedding task are solved and certified (timings: scripts/bench.py)."""
     task = random_realizable(K=20, N=200, seed=0)
-    _, cert = W_kq_star(task.dataset)
-    assert_certified(cert)
+    W, cert = W_kq_star(task.dataset)
+    assert_certified(cert, W)
     task = random_realizable(K=8, N=200, seed=0, embedding="gaussian")
-    _, cert = W_kq_star(task.dataset)
-    assert_certified(cert)
-    _, cert = W_ov_star(task.dataset.E, task.dataset.succ)
-    assert_certified(cert)
+    W, cert = W_kq_star(task.dataset)
+    assert_certified(cert, W)
+    W, cert = W_ov_star(task.dataset.E, task.dataset.succ)
+    assert_certified(cert, W)

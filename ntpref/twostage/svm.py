@@ -1,4 +1,4 @@
-"""Max-margin solutions W_ov*, W_kq* and the correlation ρ (spec/twostage.md §5).
+"""Max-margin solutions W_ov*, W_kq* and the correlation ρ (docs/twostage.md §5).
 
     W_ov* = argmin ‖W‖_F  s.t. (e_{n(x)} − e_v)^T W e_x ≥ 1   for all x in C, v ≠ n(x)
     W_kq* = argmin ‖W‖_F  s.t. (e_u − e_v)^T W e_q ≥ 1        for all q, (u, v) in R_q
@@ -6,341 +6,28 @@
 Every constraint has the form (e_u − e_v)^T W e_q ≥ 1 for a triple (u, v, q). With orthonormal columns of
 E the problems reduce to K x K matrices M (W = E M E^T, ‖W‖ = ‖M‖): W_ov* has the closed form
 M[v, x] = 1[v = n(x)] − 1/K, W_kq* separates into one small QP per query column. Otherwise the least-norm QP
-min ‖w‖ s.t. A w ≥ 1 over w = vec(W) (row-major) is solved as a least-distance program through
-Lawson–Hanson NNLS (:func:`least_norm`).
+min ‖w‖ s.t. A w ≥ 1 over w = vec(W) (row-major) is solved by :func:`least_norm.solve_ldp`, which rescales
+A so that neither the scale of E (W* of s·E is W* of E over s²) nor a large ‖W*‖ from badly conditioned E
+reaches the NNLS.
 
-Every solution comes with a :class:`Certificate` computed on the returned W itself: the smallest margin,
-the largest violation of dual feasibility (λ ≥ 0) and the duality gap P(W) − D(λ) with
-P(W) = ½‖W‖², D(λ) = Σλ − ½‖Σ_i λ_i A_i‖². Margins ≥ 1 − 1e-9, λ ≥ 0 and |gap| ≤ 1e-10 prove W optimal up to
-rounding (weak duality: ½‖W − W*‖² ≤ gap for feasible W); a solution that fails them raises
-:class:`SolverError`, never returns silently. (For ‖W‖² > ~7000, which only badly conditioned E produce, the
-gap bound is the float64 floor 64 eps ‖W‖² instead.)
+Every solution comes with a :class:`~ntpref.twostage.least_norm.Certificate` computed on the returned W
+and the original E (:func:`least_norm.certify`): margins ≥ 1 − 1e-9, λ ≥ 0 and |duality gap| ≤ 1e-12 ‖W‖²,
+bounds relaxed only to the float64 resolution of the margins of W for badly conditioned E; otherwise
+SolverError. Every failure of the general path names the array E.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from contextlib import contextmanager
 
 import numpy as np
-from numba import njit
 
 from ..checks import as_float, as_int
-from ..errors import InfeasibleError, InputError, NtprefError
+from ..errors import InfeasibleError, InputError
 from .data import Dataset, check_realizable, collocation_set, observed_relations
+from .least_norm import Certificate, SolverError, certify, solve_ldp
 
-MARGIN_TOL = 1e-9      # every margin >= 1 - MARGIN_TOL
-GAP_TOL = 1e-10        # |duality gap| <= max(GAP_TOL, GAP_ROUNDING * ‖w‖²)
-GAP_ROUNDING = 64 * np.finfo(np.float64).eps   # float64 floor of the gap; exceeds GAP_TOL only for ‖w‖² > ~7000
 ORTHONORMAL_TOL = 1e-12  # max |E^T E - I| below which the orthonormal (closed-form / per-column) path is exact
 METHODS = ("auto", "orthonormal", "qp")   # orthonormal: the K x K reduction (closed form / per-column QP)
-
-
-class SolverError(NtprefError):
-    """The least-norm solver did not reach a certified optimum (margins, dual feasibility or duality gap)."""
-
-
-@dataclass(frozen=True)
-class Certificate:
-    """Optimality certificate of a least-norm solution w of min ‖w‖ s.t. A w ≥ 1.
-
-    min_margin          min_i a_i^T w (+inf without constraints)
-    max_dual_violation  max(0, −min λ)
-    duality_gap         ½‖w‖² − (Σλ − ½‖A^T λ‖²)  (primal minus dual objective)
-    iterations          NNLS least-squares solves (0 for a closed form)
-    """
-
-    min_margin: float
-    max_dual_violation: float
-    duality_gap: float
-    iterations: int
-
-
-def _certify(margins: np.ndarray, lam: np.ndarray, w_sq: float, stationarity_sq: float,
-             iterations: int) -> Certificate:
-    """Certificate from the margins A w, the multipliers λ, ‖w‖² and ‖w − A^T λ‖²; SolverError if it fails.
-
-    The gap is evaluated as Σ λ_i (a_i^T w − 1) + ½‖w − A^T λ‖² (equal to P − D, without its cancellation).
-    Its bound is GAP_TOL, raised to the rounding floor GAP_ROUNDING ‖w‖² for very large norms (badly
-    conditioned E), where float64 cannot resolve 1e-10 of Σλ = ‖w‖².
-    """
-    gap_tol = max(GAP_TOL, GAP_ROUNDING * w_sq)
-    cert = Certificate(float(margins.min()) if margins.size else float("inf"),
-                       max(0.0, -float(lam.min())) if lam.size else 0.0,
-                       float(lam @ (margins - 1.0) + 0.5 * stationarity_sq), int(iterations))
-    if not (cert.min_margin >= 1.0 - MARGIN_TOL and cert.max_dual_violation == 0.0
-            and abs(cert.duality_gap) <= gap_tol):
-        raise SolverError(f"least-norm solution not certified: min margin {cert.min_margin!r} (need >= 1 - "
-                          f"{MARGIN_TOL}), dual violation {cert.max_dual_violation!r}, duality gap "
-                          f"{cert.duality_gap!r} (need |gap| <= {gap_tol:.3g}) after {iterations} iterations")
-    return cert
-
-
-@njit(cache=True)
-def _givens_rows(M, i, c, s, lo, hi):
-    """Rotate rows i, i+1 of M over columns lo..hi-1 by [c s; −s c]."""
-    for col in range(lo, hi):
-        a, b = M[i, col], M[i + 1, col]
-        M[i, col] = c * a + s * b
-        M[i + 1, col] = -s * a + c * b
-
-
-@njit(cache=True)
-def _remove_position(R, Qt, qf, order, t, k):
-    """Drop passive position t of k from the factorisation Qt B_P = R, restore triangularity; returns k − 1."""
-    m = Qt.shape[0]
-    for col in range(t, k - 1):
-        order[col] = order[col + 1]
-        for i in range(m):
-            R[i, col] = R[i, col + 1]
-    for i in range(m):
-        R[i, k - 1] = 0.0
-    for i in range(t, k - 1):
-        a, b = R[i, i], R[i + 1, i]
-        r = np.sqrt(a * a + b * b)
-        if r == 0.0:
-            continue
-        c, s = a / r, b / r
-        _givens_rows(R, i, c, s, i, k - 1)
-        R[i + 1, i] = 0.0
-        _givens_rows(Qt, i, c, s, 0, m)
-        a, b = qf[i], qf[i + 1]
-        qf[i] = c * a + s * b
-        qf[i + 1] = -s * a + c * b
-    return k - 1
-
-
-@njit(cache=True)
-def _add_column(B, j, R, Qt, qf, order, k, c, dep_tol):
-    """Append column j of B to Qt B_P = R with one Householder reflection on rows k..; returns the new k,
-    or k unchanged when the column is numerically dependent on the passive ones (‖(Qt B_j)[k:]‖ <= dep_tol)."""
-    m = Qt.shape[0]
-    for i in range(m):
-        acc = 0.0
-        for l in range(m):
-            acc += Qt[i, l] * B[l, j]
-        c[i] = acc
-    tail = 0.0
-    for i in range(k, m):
-        tail += c[i] * c[i]
-    tail = np.sqrt(tail)
-    if tail <= dep_tol:
-        return k
-    alpha = -tail if c[k] >= 0.0 else tail            # H = I − β v v^T, v = (c_k − α, c_{k+1}, ...)
-    v0 = c[k] - alpha
-    beta = -1.0 / (alpha * v0)
-    for col in range(m):
-        acc = v0 * Qt[k, col]
-        for i in range(k + 1, m):
-            acc += c[i] * Qt[i, col]
-        acc *= beta
-        Qt[k, col] -= acc * v0
-        for i in range(k + 1, m):
-            Qt[i, col] -= acc * c[i]
-    acc = v0 * qf[k]
-    for i in range(k + 1, m):
-        acc += c[i] * qf[i]
-    acc *= beta
-    qf[k] -= acc * v0
-    for i in range(k + 1, m):
-        qf[i] -= acc * c[i]
-    for i in range(k):
-        R[i, k] = c[i]
-    R[k, k] = alpha
-    order[k] = j
-    return k + 1
-
-
-@njit(cache=True)
-def _back_substitute(R, rhs, k, z):
-    """z[:k] = R[:k, :k]^{-1} rhs[:k] (R upper triangular)."""
-    for i in range(k - 1, -1, -1):
-        acc = rhs[i]
-        for j in range(i + 1, k):
-            acc -= R[i, j] * z[j]
-        z[i] = acc / R[i, i]
-
-
-@njit(cache=True)
-def _forward_substitute(R, rhs, k, z):
-    """z[:k] = R[:k, :k]^{-T} rhs[:k]."""
-    for i in range(k):
-        acc = rhs[i]
-        for l in range(i):
-            acc -= R[l, i] * z[l]
-        z[i] = acc / R[i, i]
-
-
-@njit(cache=True)
-def _ldp_kernel(B, max_solves):
-    """Lawson–Hanson NNLS min ‖B x − e_{m−1}‖ s.t. x ≥ 0 on B = [A^T; 1^T] [m = n+1, p], then λ = x / (1 − Σx).
-
-    The passive columns live in a QR factorisation Qt B_P = R updated when a column enters (Householder) or
-    leaves (Givens). A column that is numerically dependent on the passive ones, or whose first solve would
-    not enter positively, is blocked until x moves (this prevents add/drop loops). Finally λ on the passive
-    set P is refined with the same factor so that A_P w = 1 to rounding: R^T R = G + 1 1^T with G = A_P A_P^T
-    and (G + 1 1^T) x_P = 1, so for ρ = 1 − A_P w, y = (R^T R)^{-1} ρ and δ = y + (Σy / (1 − Σx)) x_P solve
-    G δ = ρ even when G is singular.
-    Returns (λ [p], least-squares solves, status 0 ok | 1 solve limit | 2 infeasible).
-    """
-    m, p = B.shape
-    n = m - 1
-    Qt = np.eye(m)
-    R = np.zeros((m, m))
-    qf = np.zeros(m)                                   # Qt f
-    qf[n] = 1.0
-    order = np.zeros(m, dtype=np.int64)                # passive columns in factor order
-    x = np.zeros(p)
-    z = np.zeros(m)
-    res = np.zeros(m)
-    c = np.zeros(m)
-    passive = np.zeros(p, dtype=np.bool_)
-    blocked = np.zeros(p, dtype=np.bool_)
-    colnorm = np.zeros(p)
-    for j in range(p):
-        acc = 0.0
-        for i in range(m):
-            acc += B[i, j] * B[i, j]
-        colnorm[j] = np.sqrt(acc)
-    tol = 1e-13 * max(1.0, colnorm.max())
-    k = 0
-    solves = 0
-    while k < m:
-        for i in range(m):                             # res = f − B x
-            res[i] = 0.0
-        res[n] = 1.0
-        for j in range(p):
-            if x[j] != 0.0:
-                for i in range(m):
-                    res[i] -= B[i, j] * x[j]
-        best, j = tol, -1                              # entering column: largest gradient B_j^T res > tol
-        for jj in range(p):
-            if passive[jj] or blocked[jj]:
-                continue
-            g = 0.0
-            for i in range(m):
-                g += B[i, jj] * res[i]
-            if g > best:
-                best, j = g, jj
-        if j < 0:
-            break
-        k_new = _add_column(B, j, R, Qt, qf, order, k, c, 1e-12 * colnorm[j])
-        if k_new == k:
-            blocked[j] = True
-            continue
-        k = k_new
-        passive[j] = True
-        first = True
-        while True:
-            if solves >= max_solves:
-                return x, solves, 1
-            solves += 1
-            _back_substitute(R, qf, k, z)
-            if first and z[k - 1] <= 0.0:
-                k -= 1                                 # the new column is last: dropping it keeps Qt B_P = R
-                for i in range(m):
-                    R[i, k] = 0.0
-                passive[j] = False
-                blocked[j] = True
-                break
-            first = False
-            allpos = True
-            for t in range(k):
-                if z[t] <= 0.0:
-                    allpos = False
-            if allpos:
-                for t in range(k):
-                    x[order[t]] = z[t]
-                blocked[:] = False
-                break
-            step, tstep = np.inf, -1                   # move towards z until the first coordinate hits 0
-            for t in range(k):
-                if z[t] <= 0.0:
-                    xt = x[order[t]]
-                    if xt / (xt - z[t]) < step:
-                        step, tstep = xt / (xt - z[t]), t
-            for t in range(k):
-                xt = x[order[t]]
-                x[order[t]] = xt + step * (z[t] - xt)
-            x[order[tstep]] = 0.0
-            for t in range(k - 1, -1, -1):
-                col = order[t]
-                if x[col] <= tol:
-                    x[col] = 0.0
-                    passive[col] = False
-                    k = _remove_position(R, Qt, qf, order, t, k)
-            blocked[:] = False
-    total = 0.0
-    for j in range(p):
-        total += x[j]
-    slack = 1.0 - total
-    if slack <= 1e3 * np.finfo(np.float64).eps:
-        return x, solves, 2
-    lam = x / slack
-    w = np.zeros(n)
-    y = np.zeros(m)
-    last = np.inf
-    for _ in range(3):
-        for i in range(n):                             # w = A^T λ
-            acc = 0.0
-            for j in range(p):
-                acc += B[i, j] * lam[j]
-            w[i] = acc
-        worst = 0.0
-        for t in range(k):                             # ρ = 1 − A_P w (stored in res)
-            acc = 1.0
-            for i in range(n):
-                acc -= B[i, order[t]] * w[i]
-            res[t] = acc
-            worst = max(worst, abs(acc))
-        if worst >= last:                              # the previous step did not help: undo it
-            for t in range(k):
-                lam[order[t]] -= y[t]
-            break
-        last = worst
-        _forward_substitute(R, res, k, c)
-        _back_substitute(R, c, k, y)
-        sy = 0.0
-        for t in range(k):
-            sy += y[t]
-        ok = True
-        for t in range(k):
-            y[t] += sy / slack * x[order[t]]
-            if lam[order[t]] + y[t] <= 0.0:
-                ok = False
-        if not ok:
-            break
-        for t in range(k):
-            lam[order[t]] += y[t]
-    return lam, solves, 0
-
-
-def _solve_ldp(A: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
-    """min ½‖w‖² s.t. A w ≥ 1 as a least-distance program (Lawson & Hanson 1974, ch. 23).
-
-    NNLS on B = [A^T; 1^T], f = e_{n+1} gives u ≥ 0 with residual r = B u − f; the constraints are infeasible
-    iff r = 0, else λ = u / (1 − Σu) are the optimal multipliers and w = A^T λ. Returns (w, λ, solves).
-    """
-    p, n = A.shape
-    if p == 0:
-        return np.zeros(n), np.zeros(0), 0
-    B = np.ascontiguousarray(np.vstack([A.T, np.ones((1, p))]))
-    max_solves = 10 * (p + n) + 100
-    lam, solves, status = _ldp_kernel(B, max_solves)
-    if status == 1:
-        raise SolverError(f"NNLS did not converge within {max_solves} least-squares solves")
-    if status == 2:
-        raise InfeasibleError(f"the constraints A w >= 1 are infeasible (a convex combination of the {p} rows "
-                              "of A vanishes)")
-    return A.T @ lam, lam, solves
-
-
-def least_norm(A) -> tuple[np.ndarray, Certificate]:
-    """w [n] = argmin ‖w‖ s.t. A w ≥ 1 for A [p, n], with its certificate.
-
-    InfeasibleError when no w satisfies the constraints, SolverError when the optimum cannot be certified.
-    """
-    A = as_float("A", A, (None, None))
-    w, lam, solves = _solve_ldp(A)
-    return w, _certify(A @ w, lam, float(w @ w), 0.0, solves)
 
 
 # ---- the matrix problems -----------------------------------------------------------------------
@@ -357,21 +44,56 @@ def _matrix_rows(E: np.ndarray, U: np.ndarray, V: np.ndarray, Q: np.ndarray) -> 
 
 
 def _certify_matrix(E, W, U, V, Q, lam, iterations) -> Certificate:
-    """_certify for W [d, d] and triples (U, V, Q): margins (e_U − e_V)^T W e_Q, dual E (Σ λ (e_U − e_V) e_Q^T) E^T."""
-    EWE = E.T @ W @ E
+    """certify for W [d, d] and triples (U, V, Q): margins (e_U − e_V)^T W e_Q with their magnitudes
+    |e_U − e_V|^T |W| |e_Q|, dual E (Σ λ (e_U − e_V) e_Q^T) E^T."""
+    D = E[:, U] - E[:, V]
+    margins = np.einsum("dp,dp->p", D, (W @ E)[:, Q])
+    magnitude = np.einsum("dp,dp->p", np.abs(D), (np.abs(W) @ np.abs(E))[:, Q])
     M_lam = np.zeros((E.shape[1], E.shape[1]))
     np.add.at(M_lam, (U, Q), lam)
     np.add.at(M_lam, (V, Q), -lam)
     residual = W - E @ M_lam @ E.T
-    return _certify(EWE[U, Q] - EWE[V, Q], lam, float(np.sum(W * W)), float(np.sum(residual * residual)), iterations)
+    return certify(margins, lam, float(np.sum(W * W)), float(np.sum(residual * residual)),
+                   float(magnitude.max()) if magnitude.size else 0.0, iterations)
 
 
-def _qp_matrix(E, U, V, Q) -> tuple[np.ndarray, Certificate]:
-    """General E: the least-norm QP over vec(W), certified on the returned W."""
-    d = E.shape[0]
-    w, lam, solves = _solve_ldp(_matrix_rows(E, U, V, Q))
-    W = w.reshape(d, d)
-    return W, _certify_matrix(E, W, U, V, Q, lam, solves)
+def _check_separable(name: str, E: np.ndarray, U, V, Q) -> None:
+    """InfeasibleError naming E when a constraint (e_u − e_v)^T W e_q ≥ 1 of `name` fails for every W because
+    column q of E is zero or columns u and v are equal."""
+    zero = ~E[:, Q].any(axis=0)
+    same = ~(E[:, U] != E[:, V]).any(axis=0)
+    for bad, what in ((zero, "column {q} is zero"), (same, "columns {u} and {v} are equal")):
+        if bad.any():
+            i = int(np.argmax(bad))
+            u, v, q = U[i], V[i], Q[i]
+            raise InfeasibleError(f"array 'E': {what.format(u=u, v=v, q=q)}, so (e_{u} - e_{v})^T W e_{q} = 0 < 1 "
+                                  f"for every W ({name} does not exist)")
+
+
+@contextmanager
+def _failures_name_E(name: str, E: np.ndarray):
+    """Re-raise a solver failure of problem `name` (InfeasibleError, SolverError) as one naming the array E."""
+    try:
+        yield
+    except InfeasibleError:
+        d, K = E.shape
+        raise InfeasibleError(f"array 'E': {name} does not exist for these embeddings (E [{d}, {K}] has rank "
+                              f"{np.linalg.matrix_rank(E)}): no W gives every margin (e_u - e_v)^T W e_q >= 1"
+                              ) from None
+    except SolverError as exc:
+        sv = np.linalg.svd(E, compute_uv=False)
+        cond = sv[0] / sv[-1] if sv[-1] > 0 else np.inf
+        raise SolverError(f"array 'E' (condition number {cond:.3g}): {name}: {exc}") from None
+
+
+def _qp_matrix(name: str, E, U, V, Q) -> tuple[np.ndarray, Certificate]:
+    """General E: the least-norm QP over vec(W) for the triples (U, V, Q) of problem `name`, certified on the
+    returned W."""
+    _check_separable(name, E, U, V, Q)
+    with _failures_name_E(name, E):
+        w, lam, solves = solve_ldp(_matrix_rows(E, U, V, Q))
+        W = w.reshape(E.shape[0], E.shape[0])
+        return W, _certify_matrix(E, W, U, V, Q, lam, solves)
 
 
 def _use_orthonormal(E: np.ndarray, method: str) -> bool:
@@ -401,12 +123,13 @@ def W_ov_star(E, succ, C=None, *, method: str = "auto") -> tuple[np.ndarray, Cer
     keep = Vall != succ[X]
     U, V, Q = succ[X][keep], Vall[keep], X[keep]
     if not _use_orthonormal(E, method):
-        return _qp_matrix(E, U, V, Q)
+        return _qp_matrix("W_ov*", E, U, V, Q)
     M = np.zeros((K, K))
     M[:, C] = -1.0 / K
     M[succ[C], C] += 1.0
     W = E @ M @ E.T
-    return W, _certify_matrix(E, W, U, V, Q, np.full(U.size, 1.0 / K), 0)
+    with _failures_name_E("W_ov*", E):
+        return W, _certify_matrix(E, W, U, V, Q, np.full(U.size, 1.0 / K), 0)
 
 
 def W_kq_star(ds: Dataset, *, method: str = "auto") -> tuple[np.ndarray, Certificate]:
@@ -415,7 +138,7 @@ def W_kq_star(ds: Dataset, *, method: str = "auto") -> tuple[np.ndarray, Certifi
     The dataset must be realizable (InfeasibleError naming the offending sentence, or the cycle of R_q).
     method "auto": with orthonormal E, W = E M E^T where column q of M is m_q = argmin ‖m‖² s.t.
     m_u − m_v ≥ 1 for (u, v) in R_q (tokens in no pair get 0, columns of queries without relations are 0),
-    each solved by :func:`least_norm`'s solver; the full QP over vec(W) otherwise. "orthonormal" / "qp" force one.
+    each solved by :func:`least_norm.solve_ldp`; the full QP over vec(W) otherwise. "orthonormal" / "qp" force one.
     """
     check_realizable(ds)
     R = observed_relations(ds)
@@ -423,19 +146,20 @@ def W_kq_star(ds: Dataset, *, method: str = "auto") -> tuple[np.ndarray, Certifi
     Q, U, V = triples.T
     E, K = ds.E, ds.K
     if not _use_orthonormal(E, method):
-        return _qp_matrix(E, U, V, Q)
+        return _qp_matrix("W_kq*", E, U, V, Q)
     M = np.zeros((K, K))
     lam = np.zeros(U.size)
     solves = 0
-    for q in np.unique(Q):
-        rows = np.flatnonzero(Q == q)
-        A = np.zeros((rows.size, K))
-        A[np.arange(rows.size), U[rows]] = 1.0
-        A[np.arange(rows.size), V[rows]] -= 1.0
-        M[:, q], lam[rows], s = _solve_ldp(A)
-        solves += s
-    W = E @ M @ E.T
-    return W, _certify_matrix(E, W, U, V, Q, lam, solves)
+    with _failures_name_E("W_kq*", E):
+        for q in np.unique(Q):
+            rows = np.flatnonzero(Q == q)
+            A = np.zeros((rows.size, K))
+            A[np.arange(rows.size), U[rows]] = 1.0
+            A[np.arange(rows.size), V[rows]] -= 1.0
+            M[:, q], lam[rows], s = solve_ldp(A)
+            solves += s
+        W = E @ M @ E.T
+        return W, _certify_matrix(E, W, U, V, Q, lam, solves)
 
 
 def rho(W, W_star) -> float:
