@@ -58,12 +58,18 @@ def test_vector_width_leaves_every_result_bitwise_unchanged(tmp_path):
         assert a[key].tobytes() == b[key].tobytes(), key
 
 
-def test_import_sets_the_features_unless_the_user_did(monkeypatch):
+def test_import_sets_the_full_width_features_on_avx512_hosts(monkeypatch):
     wide = numba_target.full_width_features()
+    if wide is None:
+        pytest.skip("the host has no AVX-512: nothing is set (tested with a fake host below)")
     monkeypatch.delenv("NUMBA_CPU_FEATURES", raising=False)
     monkeypatch.delenv("NUMBA_ENABLE_AVX", raising=False)
     numba_target.use_full_vector_width()
-    assert os.environ.get("NUMBA_CPU_FEATURES") == wide
+    assert os.environ["NUMBA_CPU_FEATURES"] == wide
+    assert wide.endswith("," + numba_target.PREFER_256)
+
+
+def test_import_leaves_the_users_settings_alone(monkeypatch):
     monkeypatch.setenv("NUMBA_CPU_FEATURES", "+sse2")
     numba_target.use_full_vector_width()
     assert os.environ["NUMBA_CPU_FEATURES"] == "+sse2"
