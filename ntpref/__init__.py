@@ -6,9 +6,14 @@ twostage  two-stage normalized GD for next-token prediction (one-layer transform
 shallow   projected GD for a shallow multi-head transformer (kernel regime) and the IndRNN baseline
 oracle    interchange files, reference runs, comparison and gradient checking
 """
-from .numba_target import use_full_vector_width
+from .interrupt import install_if_command
+
+install_if_command()  # the ntpref command: a signal while it imports ends it with one line (ntpref.interrupt)
+
+from .numba_target import ensure_cache_dir, use_full_vector_width
 
 use_full_vector_width()  # before any ntpref module imports Numba (see ntpref.numba_target)
+ensure_cache_dir()
 
 from .errors import InfeasibleError, InputError, NtprefError
 

@@ -31,6 +31,21 @@ def _fmt_shape(expected: tuple) -> str:
     return "[" + ", ".join("*" if e is None else str(e) for e in expected) + "]"
 
 
+def _to_float64(name: str, a: np.ndarray) -> np.ndarray:
+    """``a`` (real dtype) as a C-contiguous float64 array; InputError naming the array for a finite value
+    beyond the float64 range (|x| > 1.8e308, possible in a longdouble array), which would become inf."""
+    with np.errstate(over="ignore"):
+        out = np.asarray(a, dtype=np.float64, order="C")
+    if a.dtype.kind == "f" and a.dtype.itemsize > 8 and a.size:
+        beyond = np.isinf(out) & np.isfinite(a)
+        if beyond.any():
+            idx = tuple(int(i) for i in np.argwhere(beyond)[0])
+            where = f" at index {idx}" if idx else ""
+            raise InputError(f"array '{name}': value {str(a[idx])}{where} is beyond the float64 range "
+                             f"(|x| <= {np.finfo(np.float64).max:.4g})")
+    return out
+
+
 def as_float(name: str, x, shape: tuple | None = None, finite: bool = True) -> np.ndarray:
     """``x`` as a C-contiguous float64 array.
 
@@ -42,7 +57,7 @@ def as_float(name: str, x, shape: tuple | None = None, finite: bool = True) -> n
         raise InputError(f"array '{name}': expected real numbers, got dtype {a.dtype}")
     if shape is not None and not _shape_ok(a.shape, shape):
         raise InputError(f"array '{name}': expected shape {_fmt_shape(shape)}, got {list(a.shape)}")
-    a = np.asarray(a, dtype=np.float64, order="C")
+    a = _to_float64(name, a)
     if finite and a.size and not np.isfinite(a).all():
         bad = np.argwhere(~np.isfinite(a))[0]
         raise InputError(f"array '{name}': non-finite value {a[tuple(bad)]} at index {tuple(int(i) for i in bad)}")
@@ -76,13 +91,20 @@ def as_scalar(name: str, x, kind: str = "float", low: float | None = None, high:
               low_open: bool = False) -> float | int | bool | str:
     """A 0-d value (Python scalar or 0-d / 1-element array) as float, int, bool or str.
 
-    kind: "float" | "int" | "bool" | "str". ``low_open`` makes the lower bound strict (x > low).
+    kind: "float" | "int" | "bool" | "str" (a unicode string, or ASCII bytes decoded). ``low_open`` makes the
+    lower bound strict (x > low).
     """
     a = np.asarray(x)
     if a.ndim != 0:
         raise InputError(f"array '{name}': expected a 0-d scalar, got shape {list(a.shape)}")
     if kind == "str":
-        if a.dtype.kind not in "US":
+        if a.dtype.kind == "S":  # bytes, e.g. written by np.savez from a bytes value: ASCII text is accepted
+            try:
+                return a.item().decode("ascii")
+            except UnicodeDecodeError:
+                raise InputError(f"array '{name}': expected a string, got bytes that are not ASCII "
+                                 f"({a.item()!r})") from None
+        if a.dtype.kind != "U":
             raise InputError(f"array '{name}': expected a string, got dtype {a.dtype}")
         return str(a)
     if kind == "bool":
@@ -96,7 +118,7 @@ def as_scalar(name: str, x, kind: str = "float", low: float | None = None, high:
     else:
         if a.dtype.kind not in "fiu":
             raise InputError(f"array '{name}': expected a real number, got dtype {a.dtype}")
-        v = float(a)
+        v = float(_to_float64(name, a))
         if not np.isfinite(v):
             raise InputError(f"array '{name}': expected a finite number, got {v}")
     if low is not None and (v <= low if low_open else v < low):

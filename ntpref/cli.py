@@ -1,7 +1,8 @@
-"""The ``ntpref`` command (spec/interchange.md, "Commands").
+"""The ``ntpref`` command (docs/contract.md, "Commands and exit statuses").
 
-Exit status: 0 ok, 1 a comparison failed, 2 bad input or usage. Errors are one line on stderr,
-never a traceback (set NTPREF_DEBUG=1 to see one). Commands other than eval/train live next to
+Exit status: 0 ok, 1 a comparison failed, 2 bad input or usage, 128 + N ended by signal N (SIGINT,
+SIGTERM, SIGHUP: :mod:`ntpref.interrupt`). Errors and warnings are one line on stderr each, never a
+traceback (set NTPREF_DEBUG=1 to see one). Commands other than eval/train live next to
 the code they drive: each module in :data:`COMMAND_MODULES` has ``register(subparsers)``, which adds
 its sub-commands with ``set_defaults(func=handler)``; ``handler(args) -> int`` is the exit status.
 """
@@ -10,15 +11,19 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import signal
 import sys
+import warnings
 
-from . import __version__
+from . import __version__, interrupt
 from .errors import ComparisonError, NtprefError
+from .numba_target import check_thread_variables
 
 COMMAND_MODULES = (
     "ntpref.oracle.compare",      # compare
     "ntpref.oracle.reference",    # verify, regen, export
     "ntpref.oracle.gradcheck",    # gradcheck
+    "ntpref.oracle.conformance",  # conformance
     "ntpref.reproduce",           # reproduce
     "ntpref.bench",               # bench
 )
@@ -63,42 +68,74 @@ def build_parser() -> argparse.ArgumentParser:
                 raise
             continue
         mod.register(sub)
+    for command in sub.choices.values():  # named in the message of an interrupted command
+        command.set_defaults(positionals=[a.dest for a in command._actions if not a.option_strings])
     return parser
 
 
+def _activity(args) -> str:
+    """What an interrupted command was doing: the sub-command and its positional arguments ("train k20.npz")."""
+    words = [args.command]
+    for dest in args.positionals:
+        value = getattr(args, dest, None)
+        if isinstance(value, list):      # nargs="*", e.g. reproduce's targets
+            words += map(str, value)
+        elif value is not None:          # None: an optional positional left out
+            words.append(str(value))
+    return " ".join(words)
+
+
+def _warning_line(message, category, filename, lineno, file=None, line=None) -> None:
+    """Warnings (e.g. a sweep recomputing a damaged cell) as one line: ``ntpref: warning: ...``."""
+    print(f"ntpref: warning: {message}".replace("\n", " "), file=sys.stderr)
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the console script; returns the exit status."""
-    debug = os.environ.get("NTPREF_DEBUG") == "1"
-    try:
-        parser = build_parser()
-        args = parser.parse_args(argv)
-        return int(args.func(args))
-    except ComparisonError as exc:
+    """Entry point of the console script; returns the exit status. SIGINT, SIGTERM and SIGHUP end it with
+    one line and status 128 + the signal's number (:mod:`ntpref.interrupt`)."""
+    with interrupt.handling(), warnings.catch_warnings():
+        warnings.showwarning = _warning_line
+        try:
+            status = _run(argv)
+        except BaseException as exc:
+            if interrupt.received() is None and not isinstance(exc, KeyboardInterrupt):
+                return _failure(exc)
+            status = None
+        # a signal, also one that library code turned into another exception (numpy's import makes an
+        # ImportError of it) or swallowed; a KeyboardInterrupt without our handler (not the main thread)
+        signum = interrupt.received() or (signal.SIGINT if status is None else None)
+        return status if signum is None else interrupt.report(signum)
+
+
+def _run(argv: list[str] | None) -> int:
+    check_thread_variables()
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    interrupt.set_activity(_activity(args))
+    return int(args.func(args))
+
+
+def _failure(exc: BaseException) -> int:
+    """The exit status of a command that raised ``exc``, after one line on stderr saying why (NTPREF_DEBUG=1
+    re-raises instead, to show the traceback)."""
+    if isinstance(exc, SystemExit):  # argparse: usage errors exit with 2 already, --help and --version with 0
+        return int(exc.code or 0) if not isinstance(exc.code, str) else 2
+    if isinstance(exc, ComparisonError):
         print(f"ntpref: {exc}", file=sys.stderr)
         return 1
-    except NtprefError as exc:
-        if debug:
-            raise
-        print(f"ntpref: error: {exc}".replace("\n", " "), file=sys.stderr)
-        return 2
-    except MemoryError as exc:  # an input too large for this machine, not a bug
-        if debug:
-            raise
-        print(f"ntpref: error: out of memory ({exc})".replace("\n", " "), file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("ntpref: interrupted", file=sys.stderr)
-        return 130
-    except SystemExit as exc:  # argparse usage errors exit with 2 already
-        return int(exc.code or 0) if not isinstance(exc.code, str) else 2
-    except Exception as exc:  # a bug: still one line, but say so
-        if debug:
-            raise
-        print(f"ntpref: internal error (please report; NTPREF_DEBUG=1 shows a traceback): "
-              f"{type(exc).__name__}: {exc}".replace("\n", " "), file=sys.stderr)
-        return 2
+    if os.environ.get("NTPREF_DEBUG") == "1" or not isinstance(exc, Exception):
+        raise exc
+    if isinstance(exc, NtprefError):
+        line = f"ntpref: error: {exc}"
+    elif isinstance(exc, MemoryError):  # an input too large for this machine, not a bug
+        line = f"ntpref: error: out of memory ({exc})"
+    elif isinstance(exc, OSError) and exc.filename is not None:  # a path the system refuses (too long, ...)
+        line = f"ntpref: error: {os.fsdecode(exc.filename)}: {exc.strerror or exc}"
+    else:  # a bug: still one line, but say so
+        line = (f"ntpref: internal error (please report; NTPREF_DEBUG=1 shows a traceback): "
+                f"{type(exc).__name__}: {exc}")
+    print(line.replace("\n", " "), file=sys.stderr)
+    return 2
 
 
 if __name__ == "__main__":

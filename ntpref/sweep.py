@@ -3,20 +3,31 @@
 A sweep is a list of independent *cells*, each a dict of JSON-serialisable parameters
 (``{"seed": 3, "m": 64}``). A cell function ``fn(**params) -> dict[str, array-like]`` computes one cell.
 Results land in one directory, one ``.npz`` file per cell, named by a stable key of the parameters and
-written atomically by the coordinating process; rerunning skips cells whose file exists, so an interrupted
-sweep resumes without recomputing or losing finished cells, and several machines can fill one directory.
+written atomically by the coordinating process, with the cell's parameters as the array ``cell_params``.
+A rerun skips every cell whose file holds that cell's result (it loads and its ``cell_params`` match), so
+an interrupted sweep resumes without recomputing or losing finished cells, and several machines can fill
+one directory; a cell file that does not load (damaged, e.g. truncated by a copy) or holds other
+parameters is not a finished cell: it is recomputed and replaced, with a warning. :func:`load_results`
+given the grid ignores, with a warning, files of the directory that are not cells of the grid (another
+grid's cells, other files).
 
 Executors: a local process pool (default, ``workers`` processes, spawn start method so Numba's threads are
-never forked), a Dask distributed cluster (``scheduler="tcp://HOST:PORT"``), a fresh local Dask cluster
-(``dask_local=N``), or any object with ``submit(fn, *args) -> Future`` (``executor=``).
+never forked; they ignore SIGINT, and are stopped when the sweep is interrupted), a Dask distributed
+cluster (``scheduler="tcp://HOST:PORT"``, which must answer within :data:`SCHEDULER_TIMEOUT` seconds), a
+fresh local Dask cluster (``dask_local=N``; it logs errors only, not the warnings of its shutdown
+when the sweep is interrupted), or any object with ``submit(fn, *args) -> Future``
+(``executor=``).
 """
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import multiprocessing
 import os
+import signal
 import time
+import warnings
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from contextlib import ExitStack, contextmanager
@@ -26,10 +37,13 @@ from pathlib import Path
 
 import numpy as np
 
+from .checks import as_scalar
 from .errors import InputError, NtprefError
 from .oracle.npzio import load_npz, save_npz
 
 PARAMS_KEY = "cell_params"
+#: Seconds to wait for a Dask scheduler to answer (Dask's own default is 30 s).
+SCHEDULER_TIMEOUT = 10
 
 
 def grid(**axes: Iterable) -> list[dict]:
@@ -85,23 +99,98 @@ def worker_threads(processes: int):
         del os.environ["NUMBA_NUM_THREADS"]
 
 
+def _start_resource_tracker() -> None:
+    """Start multiprocessing's resource tracker with SIGHUP ignored (it ignores SIGINT and SIGTERM itself):
+    a hangup of the process group would kill it, and its replacement prints tracebacks while the
+    interrupted sweep shuts down."""
+    from multiprocessing import resource_tracker
+
+    if not hasattr(signal, "SIGHUP"):
+        return
+    try:
+        previous = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    except ValueError:  # not the main thread: leave it to multiprocessing
+        return
+    try:
+        resource_tracker.ensure_running()
+    finally:
+        signal.signal(signal.SIGHUP, signal.SIG_DFL if previous is None else previous)
+
+
+@contextmanager
+def _local_pool(workers: int):
+    """A spawn ProcessPoolExecutor whose workers ignore SIGINT (Ctrl-C reaches the whole process group;
+    the coordinating process handles it) and are terminated when the block is left by an exception, so an
+    interrupted sweep ends now instead of after the cells being computed."""
+    _start_resource_tracker()
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
+                               initializer=signal.signal, initargs=(signal.SIGINT, signal.SIG_IGN))
+    try:
+        yield pool
+    except BaseException:
+        for process in list((getattr(pool, "_processes", None) or {}).values()):  # no public way before 3.14
+            process.terminate()
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown()
+
+
+def _dask_client(stack: ExitStack, scheduler: str | None, dask_local: int | None):
+    try:
+        from distributed import Client, LocalCluster
+    except ImportError:
+        raise InputError("Dask is not installed: pip install 'ntpref[dist]'") from None
+    if scheduler is None:
+        stack.enter_context(worker_threads(dask_local))
+        cluster = stack.enter_context(LocalCluster(n_workers=dask_local, threads_per_worker=1, processes=True,
+                                                   dashboard_address=None, silence_logs=logging.ERROR))
+        return stack.enter_context(Client(cluster))
+    try:
+        return stack.enter_context(Client(scheduler, timeout=SCHEDULER_TIMEOUT))
+    except (OSError, ValueError, TypeError) as exc:   # no answer in time, refused, malformed address
+        raise InputError(f"Dask scheduler {scheduler!r}: cannot connect ({exc})") from None
+
+
 def _open_executor(stack: ExitStack, workers: int, scheduler: str | None, dask_local: int | None):
     if scheduler is not None or dask_local is not None:
-        try:
-            from distributed import Client, LocalCluster
-        except ImportError:
-            raise InputError("Dask is not installed: pip install 'ntpref[dist]'") from None
-        if scheduler is not None:
-            client = stack.enter_context(Client(scheduler))
-        else:
-            stack.enter_context(worker_threads(dask_local))
-            cluster = stack.enter_context(LocalCluster(n_workers=dask_local, threads_per_worker=1,
-                                                       processes=True, dashboard_address=None))
-            client = stack.enter_context(Client(cluster))
-        return client.get_executor(pure=False)
+        return _dask_client(stack, scheduler, dask_local).get_executor(pure=False)
     stack.enter_context(worker_threads(workers))
-    return stack.enter_context(ProcessPoolExecutor(max_workers=workers,
-                                                   mp_context=multiprocessing.get_context("spawn")))
+    return stack.enter_context(_local_pool(workers))
+
+
+def _json_form(params: Mapping):
+    """Cell parameters as JSON reads them back (tuples become lists), for comparing a file with a cell."""
+    return json.loads(json.dumps(dict(params), sort_keys=True))
+
+
+def _read_cell(path: Path) -> tuple[dict, dict[str, np.ndarray]]:
+    """(params, arrays) of one cell file; InputError naming the file when it is not a readable cell."""
+    arrays = load_npz(path)
+    if PARAMS_KEY not in arrays:
+        raise InputError(f"{path}: not a sweep cell (it has no '{PARAMS_KEY}' array)")
+    try:
+        params = json.loads(as_scalar(PARAMS_KEY, arrays.pop(PARAMS_KEY), kind="str"))
+    except (InputError, ValueError):
+        params = None
+    if not isinstance(params, dict):
+        raise InputError(f"{path}: not a sweep cell (its '{PARAMS_KEY}' is not a JSON object)")
+    return params, arrays
+
+
+def _is_finished(path: Path, params: Mapping) -> bool:
+    """Whether ``path`` holds the result of the cell ``params``; a file that exists but does not is reported
+    with a warning (it is recomputed)."""
+    if not os.path.lexists(path):
+        return False
+    try:
+        stored, _ = _read_cell(path)
+    except InputError as exc:
+        warnings.warn(f"recomputing a cell whose file does not load: {exc}", stacklevel=3)
+        return False
+    if stored != _json_form(params):
+        warnings.warn(f"recomputing {path}: it holds the cell {stored}, not {_json_form(params)}", stacklevel=3)
+        return False
+    return True
 
 
 def run_sweep(fn: Callable[..., Mapping], cells: list[dict], outdir: str | os.PathLike, *, workers: int = 1,
@@ -110,16 +199,22 @@ def run_sweep(fn: Callable[..., Mapping], cells: list[dict], outdir: str | os.Pa
     """Compute every cell whose result file is missing in ``outdir``; write each result atomically.
 
     fn: a module-level (picklable) function; ``fn(**cell)`` returns a dict of arrays/scalars.
-    workers: local processes (1 = run in this process, no pool). scheduler / dask_local / executor: see module
-    docstring. progress(label, done, total) is called after each finished cell (done counts skipped cells).
-    A failing cell re-raises after the cells already finished are saved.
+    workers: local processes (1 = run in this process, no pool). scheduler / dask_local (N >= 1 workers) /
+    executor: see module docstring. progress(label, done, total) is called after each finished cell (done
+    counts skipped cells). A failing cell re-raises after the cells already finished are saved.
     """
+    for name, value in (("workers", workers), ("dask_local", dask_local)):
+        if value is not None and value < 1:
+            raise InputError(f"sweep: {name} must be at least 1, got {value}")
     outdir = Path(outdir)
-    outdir.mkdir(parents=True, exist_ok=True)
+    try:
+        outdir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # a file in the way, no permission, a name too long
+        raise InputError(f"{outdir}: cannot create the results directory ({exc.strerror or exc})") from None
     keys = [cell_key(c) for c in cells]
     if len(set(keys)) != len(keys):
         raise InputError("sweep: two cells have the same parameters")
-    todo = [(k, c) for k, c in zip(keys, cells) if not (outdir / f"{k}.npz").exists()]
+    todo = [(k, c) for k, c in zip(keys, cells) if not _is_finished(outdir / f"{k}.npz", c)]
     total, done, start = len(cells), len(cells) - len(todo), time.perf_counter()
     report = progress or (lambda *a: None)
     report(label, done, total)
@@ -147,11 +242,31 @@ def run_sweep(fn: Callable[..., Mapping], cells: list[dict], outdir: str | os.Pa
     return SweepSummary(total, len(todo), total - len(todo), time.perf_counter() - start)
 
 
-def load_results(outdir: str | os.PathLike) -> list[tuple[dict, dict[str, np.ndarray]]]:
-    """Every finished cell in ``outdir`` as (params, arrays), sorted by cell key."""
+def load_results(outdir: str | os.PathLike,
+                 cells: list[dict] | None = None) -> list[tuple[dict, dict[str, np.ndarray]]]:
+    """The finished cells in ``outdir`` as (params, arrays), sorted by cell key: every ``.npz`` file, or
+    with ``cells`` those of that grid (other files are ignored with a warning).
+
+    A file that is not a finished cell (does not load, no ``cell_params``, another cell's parameters) is an
+    InputError naming it and saying how to fix it.
+    """
+    outdir = Path(outdir)
+    paths = sorted(outdir.glob("*.npz"))
+    wanted = None if cells is None else {cell_key(c): _json_form(c) for c in cells}
+    if wanted is not None:
+        foreign = [p.name for p in paths if p.stem not in wanted]
+        if foreign:
+            warnings.warn(f"{outdir}: ignoring {len(foreign)} file(s) that are not cells of this sweep "
+                          f"('{foreign[0]}'{', ...' if len(foreign) > 1 else ''})", stacklevel=2)
+        paths = [p for p in paths if p.stem in wanted]
     out = []
-    for path in sorted(Path(outdir).glob("*.npz")):
-        arrays = load_npz(path)
-        params = json.loads(str(arrays.pop(PARAMS_KEY)))
+    for path in paths:
+        try:
+            params, arrays = _read_cell(path)
+            if wanted is not None and params != wanted[path.stem]:
+                raise InputError(f"{path}: holds the cell {params}, not {wanted[path.stem]}")
+        except InputError as exc:
+            raise InputError(f"{exc}; it is not a finished cell: delete it, or run the sweep again to "
+                             "recompute it") from None
         out.append((params, arrays))
     return out

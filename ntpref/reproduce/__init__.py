@@ -14,7 +14,9 @@ alone (``--summarize-only`` rebuilds them).
 """
 from __future__ import annotations
 
+import argparse
 import importlib
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -59,10 +61,11 @@ def run_target(name: str, size: str = "quick", out: str | Path = "results", *, w
         raise InputError(f"target {name!r} has no size {size!r}; sizes: {', '.join(mod.SIZES)}")
     outdir = Path(out) / name / size
     celldir = outdir / "cells"
+    cells = mod.cells(**mod.SIZES[size])
     if not summarize_only:
-        run_sweep(mod.cell, mod.cells(**mod.SIZES[size]), celldir, workers=workers, scheduler=scheduler,
+        run_sweep(mod.cell, cells, celldir, workers=workers, scheduler=scheduler,
                   dask_local=dask_local, progress=progress, label=f"reproduce {name} ({size})")
-    results = load_results(celldir)
+    results = load_results(celldir, cells)
     if not results:
         raise InputError(f"{celldir}: no finished cells to summarize")
     summary = mod.summarize(results, outdir)
@@ -80,6 +83,8 @@ def _handler(args) -> int:
     names = list(TARGETS) if args.targets == ["all"] else args.targets
     for name in names:
         target_module(name)  # fail on a typo before running anything
+    if os.path.exists(args.out) and not os.path.isdir(args.out):
+        raise InputError(f"--out {args.out}: not a directory (give the directory for the results)")
     for name in names:
         start = time.perf_counter()
         s = run_target(name, "full" if args.full else "quick", args.out, workers=args.workers,
@@ -91,8 +96,21 @@ def _handler(args) -> int:
     return 0
 
 
+def _count(text: str) -> int:
+    """A command-line count of workers: a whole number >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
+    return value
+
+
 def register(subparsers) -> None:
     """Add ``ntpref reproduce`` to the command line."""
+    from ..sweep import SCHEDULER_TIMEOUT
+
     p = subparsers.add_parser("reproduce", help="reproduce the papers' experiments (figures and tables)",
                               description=__doc__.split("\n")[0])
     p.add_argument("targets", nargs="*", metavar="TARGET", help=f"{' | '.join(TARGETS)} | all")
@@ -100,10 +118,11 @@ def register(subparsers) -> None:
     size.add_argument("--quick", action="store_true", help="small default size (minutes on 2 cores)")
     size.add_argument("--full", action="store_true", help="the papers' size")
     p.add_argument("--out", default="results", help="results directory (default: results)")
-    p.add_argument("--workers", type=int, default=1, help="local worker processes")
+    p.add_argument("--workers", type=_count, default=1, help="local worker processes (default 1)")
     dist = p.add_mutually_exclusive_group()
-    dist.add_argument("--scheduler", metavar="tcp://HOST:PORT", help="run cells on a Dask distributed cluster")
-    dist.add_argument("--dask-local", type=int, metavar="N", help="start a local Dask cluster of N workers")
+    dist.add_argument("--scheduler", metavar="tcp://HOST:PORT",
+                      help=f"run cells on a Dask distributed cluster (it must answer within {SCHEDULER_TIMEOUT} s)")
+    dist.add_argument("--dask-local", type=_count, metavar="N", help="start a local Dask cluster of N workers")
     p.add_argument("--summarize-only", action="store_true", help="rebuild table and figures from finished cells")
     p.add_argument("--list", action="store_true", help="list the targets")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress output")

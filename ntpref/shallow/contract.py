@@ -6,7 +6,7 @@ model's options (shallow: ``tau_att`` (1.0), ``mask_last_key`` (False), ``activa
 "erf"); indrnn: ``activation``; attention options are not accepted for the RNN).
 eval outputs: ``f`` [n], ``loss`` (0-d, = (κ/2n) Σ r²), ``grad_<block>`` per block.
 train inputs (in addition): ``eta``, ``steps``, optional ``rho`` [3] (ρ per block; inf = that block
-unprojected; absent = no projection), ``X_val`` + ``y_val``, ``batch`` + ``seed`` (ProjSGD).
+unprojected; absent = no projection), ``X_val`` + ``y_val``, ``batch`` (1 ≤ batch ≤ n) + ``seed`` (ProjSGD).
 train outputs: the final blocks, ``train_loss`` [steps], ``val_loss`` [steps] (with validation data),
 ``grad_norm_W`` (shallow) / ``grad_norm_u`` (indrnn) [steps]. Unknown array names are errors.
 """

@@ -3,7 +3,7 @@
   θ(t+1) = Π_Ω(θ(t) − η ∇L(θ(t)))      plain step, no momentum; Ω = per-head balls of radius ρ_b/√m
                                         around θ(0) (:mod:`ntpref.shallow.projection`).
 
-ProjGD uses the full training set. ProjSGD (``batch`` = B) draws, at every step, B sample indices
+ProjGD uses the full training set. ProjSGD (``batch`` = B, 1 ≤ B ≤ n) draws, at every step, B sample indices
 uniformly *with replacement* by ``rng.integers(0, n, size=B)`` from ``np.random.default_rng(seed)``
 and steps along the minibatch gradient (loss (κ/2B) Σ_{j∈batch} r_j²), then projects the same way.
 
@@ -128,6 +128,9 @@ def proj_gd(model: str, X, y, params: Sequence[np.ndarray], *, eta, steps, rho=N
         rng, label = None, f"{model} ProjGD"
     else:
         batch = as_scalar("batch", batch, kind="int", low=1)
+        if batch > n:
+            raise InputError(f"array 'batch': must be between 1 and n = {n} (the number of training samples), "
+                             f"got {batch}")
         if seed is None:
             raise InputError("ProjSGD ('batch' given) needs 'seed'")
         rng, label = np.random.default_rng(as_scalar("seed", seed, kind="int", low=0)), f"{model} ProjSGD"
