@@ -95,6 +95,7 @@ def test_paths_too_long_are_named(tmp_path, capsys, monkeypatch):
     for argv in cases:
         err = one_error(capsys, *argv)
         assert LONG[:-4] in err and "File name too long" in err, (argv, err)
+    assert "--root " + LONG[:-4] + ": unusable directory (File name too long)" in one_error(capsys, "verify", "--root", LONG[:-4])
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.npz", "out.npz"]
 
 

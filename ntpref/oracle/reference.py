@@ -101,7 +101,11 @@ def load_manifest(root: str | os.PathLike | None = None) -> dict:
     """The manifest of ``root`` (an empty one when the directory has none yet), checked by
     :func:`check_manifest`."""
     path = Path(root if root is not None else default_root()) / "manifest.json"
-    if not path.exists():
+    try:
+        exists = path.exists()
+    except OSError as exc:  # e.g. a --root name longer than the system allows
+        raise InputError(f"--root {path.parent}: unusable directory ({exc.strerror or exc})") from None
+    if not exists:
         return {"format_version": FORMAT_VERSION, "provenance": provenance(), "cases": {}}
     try:
         manifest = json.loads(path.read_text(encoding="utf-8"))
