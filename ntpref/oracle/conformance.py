@@ -1,0 +1,359 @@
+"""``ntpref conformance``: check any implementation of the three models against the oracle (docs/conformance.md).
+
+An **adapter** is a Python file (or module, object or dict) that defines one or both of
+
+    evaluate(model: str, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]   # ntpref eval outputs
+    train(model: str, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]      # ntpref train outputs
+
+``model`` is "twostage", "shallow" or "indrnn"; ``inputs`` are the arrays of an ``ntpref eval`` /
+``ntpref train`` input (docs/contract.md) without ``model``, copies the adapter may keep or modify.
+Every case of :mod:`ntpref.oracle.cases` is run through the function of its kind and the returned
+arrays are compared with the oracle's outputs under the float64 policy (docs/tolerance.md) or, with
+``precision="float32"``, the float32 envelope (:mod:`ntpref.oracle.envelope`):
+
+* an array the oracle does not output fails (a misspelt name is never ignored); an output the
+  adapter does not return is listed, not failed (e.g. the max-margin solutions of a training run);
+  a case whose outputs the adapter returns none of fails;
+* ``NotImplementedError`` raised by the adapter marks the case skipped, with its message; any other
+  exception is an :class:`AdapterError` carrying the adapter's own traceback (exit status 2);
+* for a failing per-step log the report names the first step where the adapter leaves tolerance.
+
+Python API (e.g. in a pytest suite)::
+
+    from ntpref.oracle.conformance import cases, check
+    @pytest.mark.parametrize("case", cases(), ids=lambda c: c.id)
+    def test_oracle(case):
+        report = check(my_adapter_module, case)
+        assert report.ok, report
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import sys
+import time
+import traceback
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import NamedTuple
+
+import numpy as np
+
+from ..errors import InputError, NtprefError
+from .cases import DEFAULT_RANDOM, MODELS, PRECISIONS, TRAJECTORIES, Case, cases
+from .compare import Row, compare_arrays, compare_one
+
+__all__ = ["Adapter", "AdapterError", "CaseReport", "cases", "check", "load_adapter", "run"]
+
+LABELS = ("oracle", "adapter")
+#: The adapter function of each kind of case.
+FUNCTIONS = {"eval": "evaluate", "train": "train"}
+
+
+class AdapterError(NtprefError):
+    """The adapter raised (other than NotImplementedError) or returned something that is not a dict of arrays.
+    ``__cause__`` holds the adapter's own exception, when there is one."""
+
+
+class Adapter(NamedTuple):
+    """An implementation under test: its ``name`` and its ``evaluate`` / ``train`` functions (None if absent)."""
+
+    name: str
+    evaluate: Callable | None
+    train: Callable | None
+
+    def function(self, kind: str) -> Callable | None:
+        """The function that runs cases of ``kind`` ("eval" | "train")."""
+        return getattr(self, FUNCTIONS[kind])
+
+
+def load_adapter(adapter) -> Adapter:
+    """An :class:`Adapter` from a path to a .py file (loaded with its directory on sys.path while it loads,
+    as for a script), a module or object with ``evaluate`` / ``train`` attributes, or a dict of them.
+
+    InputError when the file is missing or defines neither function; AdapterError when loading it raises."""
+    if isinstance(adapter, Adapter):
+        return adapter
+    if isinstance(adapter, (str, os.PathLike)):
+        name, found = str(adapter), _load_file(Path(adapter)).__dict__
+    elif isinstance(adapter, Mapping):
+        name, found = "adapter", adapter
+    else:
+        name, found = getattr(adapter, "__name__", type(adapter).__name__), {
+            k: getattr(adapter, k) for k in FUNCTIONS.values() if hasattr(adapter, k)}
+    functions = {k: found.get(k) for k in FUNCTIONS.values()}
+    for key, fn in functions.items():
+        if fn is not None and not callable(fn):
+            raise InputError(f"{name}: '{key}' is not a function")
+    if not any(functions.values()):
+        raise InputError(f"{name}: defines neither evaluate(model, inputs) nor train(model, inputs)")
+    return Adapter(name, functions["evaluate"], functions["train"])
+
+
+def _load_file(path: Path):
+    if not path.is_file():
+        raise InputError(f"{path}: no such adapter file")
+    spec = importlib.util.spec_from_file_location(f"ntpref_adapter_{path.stem}", path)
+    if spec is None or spec.loader is None:
+        raise InputError(f"{path}: not a Python file")
+    module = importlib.util.module_from_spec(spec)
+    folder = str(path.resolve().parent)
+    sys.path.insert(0, folder)
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:
+        raise AdapterError(f"{path}: loading the adapter raised {type(exc).__name__}: {exc}") from exc
+    finally:
+        sys.path.remove(folder)
+    return module
+
+
+# --- one case -----------------------------------------------------------------------------------------
+class CaseReport:
+    """The outcome of one case: ``rows`` (one compared array each, :class:`ntpref.oracle.compare.Row`),
+    ``unknown`` (returned names the oracle does not output), ``not_returned``, ``skipped`` (the reason,
+    or None), ``departure`` ((array, step) where a per-step log first leaves tolerance, or None).
+    ``ok`` is True when the case passed or was skipped; ``str(report)`` is its table and summary."""
+
+    def __init__(self, case: Case, precision: str, rows=(), unknown=(), not_returned=(), skipped=None,
+                 departure=None, seconds=0.0):
+        self.case, self.precision = case, precision
+        self.rows, self.unknown, self.not_returned = list(rows), list(unknown), list(not_returned)
+        self.skipped, self.departure, self.seconds = skipped, departure, seconds
+
+    @property
+    def ok(self) -> bool:
+        return self.skipped is not None or (bool(self.rows) and not self.unknown and all(r.ok for r in self.rows))
+
+    @property
+    def status(self) -> str:
+        return "skip" if self.skipped is not None else "pass" if self.ok else "FAIL"
+
+    def ratio(self, row: Row) -> float | None:
+        """err / tol, or in float32 mode err / envelope (= MULTIPLE · err / tol)."""
+        if row.ratio is None or self.precision == "float64":
+            return row.ratio
+        from .envelope import MULTIPLE
+
+        return MULTIPLE * row.ratio
+
+    def table_rows(self, verbose: bool = True) -> list[tuple]:
+        """(case, array, max abs err, max rel err, tolerance, err/tol, verdict) of every array (failures
+        only unless ``verbose``), then one row per unknown name."""
+        out = []
+        for r in self.rows:
+            if verbose or not r.ok:
+                out.append((self.case.id, r.name, _fmt(r.max_abs_err), _fmt(r.max_rel_err), r.tolerance,
+                            _fmt(self.ratio(r), ".1e"), ("ok" if r.ok else "FAIL") + (f" ({r.note})" if r.note else "")))
+        out += [(self.case.id, n, "-", "-", "-", "-", f"FAIL (not an output of ntpref {self.case.kind})")
+                for n in self.unknown]
+        return out
+
+    def summary(self) -> str:
+        """One line: verdict, case id and what happened."""
+        head = f"{self.status:4s}  {self.case.id}"
+        if self.skipped is not None:
+            return f"{head}: skipped: {self.skipped}"
+        n_ok = sum(r.ok for r in self.rows)
+        text = f"{head}: {n_ok}/{len(self.rows)} arrays within tolerance"
+        failing = [r.name for r in self.rows if not r.ok] + self.unknown
+        if not self.rows:
+            return text + f" (the adapter returned none of the outputs: {', '.join(self.case.expected)})"
+        if failing:
+            text += f"; failing: {', '.join(failing)}"
+        if self.departure:
+            text += f"; leaves tolerance first at step {self.departure[1]} of {self.departure[0]}"
+        if self.not_returned:
+            text += f"; not returned: {', '.join(self.not_returned)}"
+        return text
+
+    def table(self, verbose: bool = True) -> str:
+        return _table(self.table_rows(verbose), self.precision)
+
+    def __str__(self) -> str:
+        return f"{self.table()}\n{self.summary()}"
+
+    def to_dict(self) -> dict:
+        """JSON-ready form of the report."""
+        rows = [{"array": r.name, "shape": list(r.shape), "max_abs_err": _number(r.max_abs_err),
+                 "max_rel_err": _number(r.max_rel_err), "tolerance": r.tolerance,
+                 _ratio_name(self.precision): _number(self.ratio(r)), "ok": r.ok, "note": r.note} for r in self.rows]
+        return {"case": self.case.id, "model": self.case.model, "kind": self.case.kind, "source": self.case.source,
+                "description": self.case.description, "status": self.status, "skipped": self.skipped,
+                "rows": rows, "unknown": self.unknown, "not_returned": self.not_returned,
+                "departure": None if self.departure is None else {"array": self.departure[0], "step": self.departure[1]},
+                "seconds": round(self.seconds, 3)}
+
+
+def _number(x: float | None) -> float | str | None:
+    """A float for JSON: "inf" / "nan" as strings (JSON has no such numbers)."""
+    return x if x is None or np.isfinite(x) else str(x)
+
+
+def _fmt(x, spec: str = ".3e") -> str:
+    return "-" if x is None else format(x, spec)
+
+
+def _ratio_name(precision: str) -> str:
+    return "err/tol" if precision == "float64" else "err/env"
+
+
+def _table(rows: list[tuple], precision: str) -> str:
+    from tabulate import tabulate
+
+    headers = ("case", "array", "max abs err", "max rel err", "tolerance", _ratio_name(precision), "verdict")
+    return tabulate(rows, headers=headers, disable_numparse=True) if rows else "(no rows)"
+
+
+def _outputs(returned, adapter: Adapter, case: Case, precision: str) -> dict[str, np.ndarray]:
+    """The adapter's return value as NumPy arrays (float32 ones widened in float32 mode)."""
+    where = f"{adapter.name}: {FUNCTIONS[case.kind]}() on case {case.id}"
+    if not isinstance(returned, Mapping):
+        raise AdapterError(f"{where} returned {type(returned).__name__}, not a dict of arrays")
+    out = {}
+    for name, value in returned.items():
+        try:
+            a = np.asarray(value)
+        except Exception as exc:
+            raise AdapterError(f"{where}: output {name!r} is not an array ({type(exc).__name__}: {exc})") from exc
+        out[str(name)] = a.astype(np.float64) if precision == "float32" and a.dtype.kind == "f" else a
+    return out
+
+
+def _departure(rows: list[Row], expected: Mapping, actual: Mapping, tols: Mapping) -> tuple[str, int] | None:
+    """(array, step) of the earliest step at which a failing per-step log leaves its tolerance (the
+    shortest failing prefix, by bisection); every step of stage 1 comes before those of stage 2."""
+    first, earliest = None, None
+    for r in rows:
+        if r.ok or r.name not in TRAJECTORIES or r.max_abs_err is None:
+            continue
+        e, a, tol = expected[r.name], actual[r.name], tols[r.name]
+        lo, hi = 0, len(e)                      # the prefix of length hi fails, of length lo passes
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (mid, hi) if compare_one(r.name, e[:mid], a[:mid], tol).ok else (lo, mid)
+        when = hi - 1 + (len(expected["stage1_loss"]) if r.name.startswith("stage2_") else 0)
+        if earliest is None or when < earliest:
+            first, earliest = (r.name, hi - 1), when
+    return first
+
+
+def check(adapter, case: Case, precision: str = "float64") -> CaseReport:
+    """Run ``case`` through the adapter (path, module, object or dict; see :func:`load_adapter`) and
+    compare with the oracle under the float64 policy or, ``precision="float32"``, the float32 envelope.
+
+    Raises AdapterError when the adapter raises (its exception is the ``__cause__``) or returns
+    something other than a dict of arrays; NotImplementedError gives a skipped report."""
+    if precision not in PRECISIONS:
+        raise InputError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+    adapter = load_adapter(adapter)
+    start = time.perf_counter()
+    fn = adapter.function(case.kind)
+    if fn is None:
+        return CaseReport(case, precision, skipped=f"the adapter defines no {FUNCTIONS[case.kind]}()")
+    expected, tols = case.expected, case.tolerances(precision)
+    inputs = {k: np.array(v) for k, v in case.inputs.items() if k != "model"}
+    try:
+        returned = fn(case.model, inputs)
+    except NotImplementedError as exc:
+        return CaseReport(case, precision, skipped=str(exc) or "NotImplementedError",
+                          seconds=time.perf_counter() - start)
+    except Exception as exc:
+        raise AdapterError(f"{adapter.name}: {FUNCTIONS[case.kind]}() raised {type(exc).__name__} on case "
+                           f"{case.id}: {exc}") from exc
+    actual = _outputs(returned, adapter, case, precision)
+    names = [n for n in expected if n in actual]
+    report = compare_arrays(expected, actual, tols, names=names, labels=LABELS)
+    return CaseReport(case, precision, rows=report.rows, unknown=[n for n in actual if n not in expected],
+                      not_returned=[n for n in expected if n not in actual],
+                      departure=_departure(report.rows, expected, actual, tols), seconds=time.perf_counter() - start)
+
+
+# --- a whole run --------------------------------------------------------------------------------------
+def run(adapter, models=None, random: int = DEFAULT_RANDOM, seed: int = 0, precision: str = "float64",
+        stored: bool = True, root=None, progress: Callable[[CaseReport], None] | None = None) -> list[CaseReport]:
+    """:func:`check` on every case of ``models`` whose kind the adapter defines: the stored cases (of
+    ``root``; none when ``stored`` is False) and ``random`` random cases per model from ``seed``.
+    ``progress`` sees each report as it is made."""
+    adapter = load_adapter(adapter)
+    reports = []
+    for case in cases(models, random, seed, stored, root):
+        if adapter.function(case.kind) is None:
+            continue
+        reports.append(check(adapter, case, precision))
+        if progress is not None:
+            progress(reports[-1])
+    return reports
+
+
+def total(reports: list[CaseReport]) -> tuple[str, bool]:
+    """(one-line total, passed): passed when no case failed and at least one array was compared."""
+    counts = {s: sum(r.status == s for r in reports) for s in ("pass", "FAIL", "skip")}
+    arrays = sum(len(r.rows) for r in reports)
+    ok = counts["FAIL"] == 0 and arrays > 0
+    verdict = "PASS" if ok else "FAIL" + ("" if counts["FAIL"] else " (nothing was compared)")
+    return (f"{len(reports)} cases: {counts['pass']} passed, {counts['FAIL']} failed, {counts['skip']} skipped; "
+            f"{arrays} arrays compared: {verdict}"), ok
+
+
+def _adapter_traceback(exc: BaseException) -> str:
+    """The traceback of the adapter's exception, from the adapter's first frame on (ntpref's and the
+    import machinery's frames dropped)."""
+    tb = exc.__traceback__
+    while tb is not None and (tb.tb_frame.f_code.co_filename == __file__
+                              or tb.tb_frame.f_code.co_filename.startswith("<frozen")):
+        tb = tb.tb_next
+    return "".join(traceback.format_exception(type(exc), exc, tb))
+
+
+def _handle(args) -> int:
+    from .npzio import atomic_write
+
+    try:
+        adapter = load_adapter(args.adapter)
+        defined = [FUNCTIONS[k] for k in FUNCTIONS if adapter.function(k)]
+        policy = "float64 policy (docs/tolerance.md)" if args.precision == "float64" else \
+            "float32 envelope (docs/conformance.md)"
+        print(f"conformance of {args.adapter} ({', '.join(defined)}) under the {policy}; random cases from seed {args.seed}")
+        reports = run(adapter, args.model, args.random, args.seed, args.precision, not args.no_stored, args.root,
+                      progress=lambda r: print(r.summary(), flush=True))
+    except AdapterError as exc:
+        if exc.__cause__ is not None:
+            print(_adapter_traceback(exc.__cause__), end="", file=sys.stderr)
+        raise
+    rows = [row for r in reports for row in r.table_rows(args.verbose)]
+    if rows:
+        print(_table(rows, args.precision))
+    line, ok = total(reports)
+    if args.precision == "float64" and any("less precise" in r.note for rep in reports for r in rep.rows):
+        print("(float32 results cannot meet the float64 policy: judge them with --precision float32)")
+    print(line)
+    if args.json:
+        document = {"adapter": str(args.adapter), "precision": args.precision, "seed": args.seed,
+                    "random": args.random, "models": list(args.model or MODELS), "total": line, "ok": ok,
+                    "cases": [r.to_dict() for r in reports]}
+        atomic_write(args.json, lambda fh: fh.write(json.dumps(document, indent=1).encode()))
+    return 0 if ok else 1
+
+
+def register(subparsers) -> None:
+    """Add ``ntpref conformance ADAPTER.py [--model ...] [--random N] [--seed S] [--precision ...] [--json F] [-v]``."""
+    text = "check an implementation (an adapter file defining evaluate and/or train) against the oracle"
+    p = subparsers.add_parser("conformance", help=text, description=text + " on every stored eval/train case and "
+                              "fresh random cases covering the options and edge regimes (docs/conformance.md). "
+                              "Exit 0 all pass, 1 a case failed, 2 adapter or usage error.")
+    p.add_argument("adapter", metavar="ADAPTER.py",
+                   help="defines evaluate(model, inputs) and/or train(model, inputs) returning dicts of arrays")
+    p.add_argument("--model", nargs="+", choices=MODELS, help="only these models (default all)")
+    p.add_argument("--random", type=int, default=DEFAULT_RANDOM, metavar="N",
+                   help=f"random cases per model (default {DEFAULT_RANDOM}: one per regime)")
+    p.add_argument("--seed", type=int, default=0, metavar="S", help="seed of the random cases (default 0)")
+    p.add_argument("--precision", choices=PRECISIONS, default="float64",
+                   help="float64: the float64 policy; float32: a multiple of what float32 arithmetic achieves on "
+                        "each input (default float64)")
+    p.add_argument("--no-stored", action="store_true", help="only the random cases")
+    p.add_argument("--root", metavar="DIR", help="reference directory of the stored cases (default: as ntpref verify)")
+    p.add_argument("--json", metavar="REPORT.json", help="also write the report as JSON")
+    p.add_argument("-v", "--verbose", action="store_true", help="every array's row (default: failures only)")
+    p.set_defaults(func=_handle)

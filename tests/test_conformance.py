@@ -1,0 +1,331 @@
+"""``ntpref conformance`` and its Python API (ntpref.oracle.conformance), NumPy only.
+
+The adapters under tests/conformance_adapters/ wrap the oracle: its NumPy backend (a second float64
+implementation, which must pass) and deliberately broken implementations (the fault injected into
+the oracle's outputs or NumPy functions), each of which must fail with the case and array named.
+The PyTorch and JAX adapters of examples/adapters/ are run by tests/test_crosscheck.py.
+"""
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ntpref.cli import main
+from ntpref.oracle import contract
+from ntpref.oracle.cases import REGIMES, random_cases, stored_cases
+from ntpref.oracle.conformance import AdapterError, cases, check, load_adapter
+from ntpref.oracle.envelope import MULTIPLE
+from ntpref.oracle.npzio import load_npz, save_npz
+from ntpref.oracle.reference import default_root, load_manifest, tolerances_of
+
+ADAPTERS = Path(__file__).resolve().parent / "conformance_adapters"
+
+
+def conformance(capsys, adapter, *args):
+    """(exit status, stdout, stderr) of ``ntpref conformance ADAPTER ARGS`` run in-process."""
+    rc = main(["conformance", str(adapter), *map(str, args)])
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def failing_rows(out):
+    """{(case, array)} of the table rows whose verdict is FAIL."""
+    rows = set()
+    for line in out.splitlines():
+        parts = line.split()
+        if len(parts) > 2 and "FAIL" in parts[2:] and not line.startswith("FAIL"):
+            rows.add((parts[0], parts[1]))
+    return rows
+
+
+def oracle(model, inputs, **changes):
+    """The oracle's eval / train outputs of a case's inputs (a helper for dict adapters)."""
+    run = contract.train if "eta" in inputs else contract.evaluate
+    return run({"model": model, **inputs, **changes})
+
+
+# --- passing implementations ---------------------------------------------------------------------
+def test_numpy_backend_passes_every_random_case(capsys):
+    rc, out, err = conformance(capsys, ADAPTERS / "oracle_numpy.py", "--no-stored")
+    assert rc == 0, out + err
+    ids = [c.id for c in random_cases()]
+    assert len(ids) == 12
+    for case in ids:
+        assert f"pass  {case}:" in out
+    assert out.splitlines()[-1] == "12 cases: 12 passed, 0 failed, 0 skipped; 80 arrays compared: PASS"
+    assert "FAIL" not in out
+
+
+def test_numpy_backend_passes_every_stored_case(capsys):
+    rc, out, err = conformance(capsys, ADAPTERS / "oracle_numpy.py", "--random", 0)
+    assert rc == 0, out + err
+    for case in stored_cases():
+        assert f"pass  {case.id}:" in out
+
+
+@pytest.mark.parametrize("case", cases(random=4, stored=False), ids=lambda c: c.id)
+def test_python_api_in_a_pytest_suite(case):
+    """The pattern of docs/conformance.md: one test per case, the report as the assertion message."""
+    report = check(ADAPTERS / "oracle_numpy.py", case)
+    assert report.ok, report
+    assert report.rows and all(r.ok for r in report.rows)
+
+
+# --- broken implementations fail, naming the case and the array ------------------------------------
+BROKEN = {
+    "detached_attention": ({("r0_twostage_0_eval_general_E", "grad_W_kq"), ("r0_shallow_0_eval_paired_mask", "grad_W"),
+                            ("r0_twostage_2_train_naive", "W_kq"), ("r0_shallow_2_train_projgd", "W")},
+                           "FAIL  r0_twostage_2_train_naive: 7/11 arrays within tolerance; failing: W_kq, stage2_loss, "
+                           "stage2_norm, stage2_corr; leaves tolerance first at step 1 of stage2_loss"),
+    "one_over_m": ({("r0_shallow_1_eval_T1_erf", "f"), ("r0_shallow_1_eval_T1_erf", "grad_U"),
+                    ("r0_indrnn_1_eval_T1_erf", "f"), ("r0_indrnn_0_eval_paired", "grad_W_in")},
+                   "FAIL  r0_shallow_1_eval_T1_erf: 1/5 arrays within tolerance; failing: f, loss, grad_c, grad_U"),
+    "softmax_over_padding": ({("r0_twostage_0_eval_general_E", "attn"), ("r0_twostage_0_eval_general_E", "loss"),
+                              ("r0_twostage_1_eval_saturated", "attn")},
+                             "FAIL  r0_twostage_0_eval_general_E: 2/7 arrays within tolerance; failing: loss, logits, "
+                             "attn, grad_W_ov, grad_W_kq"),
+    "gradient_error": ({("r0_twostage_0_eval_general_E", "grad_W_kq"), ("r0_shallow_0_eval_paired_mask", "grad_W"),
+                        ("r0_indrnn_1_eval_T1_erf", "grad_W_in"), ("r0_shallow_2_train_projgd", "grad_norm_W")},
+                       "FAIL  r0_shallow_0_eval_paired_mask: 4/5 arrays within tolerance; failing: grad_W"),
+}
+
+
+@pytest.mark.parametrize("name", BROKEN)
+def test_broken_adapter_fails_named(capsys, name):
+    named, summary = BROKEN[name]
+    rc, out, err = conformance(capsys, ADAPTERS / f"{name}.py", "--no-stored")
+    assert rc == 1, out + err
+    assert named <= failing_rows(out), out
+    assert summary in out.splitlines()
+    assert out.splitlines()[-1].endswith(": FAIL")
+
+
+def test_gradient_error_fails_the_float32_envelope(capsys):
+    """A 1e-3 relative error in one gradient is outside what float32 arithmetic allows."""
+    rc, out, err = conformance(capsys, ADAPTERS / "gradient_error.py", "--no-stored", "--precision", "float32")
+    assert rc == 1, out + err
+    assert {("r0_indrnn_0_eval_paired", "grad_W_in"), ("r0_indrnn_1_eval_T1_erf", "grad_W_in"),
+            ("r0_shallow_2_train_projgd", "grad_norm_W")} <= failing_rows(out), out
+    assert "err/env" in out
+
+
+def test_naive_direction_fails_the_late_stage_case():
+    """Late in Algorithm 1 every p_v (v ≠ y) underflows: the float64 gradient is 0, so a naive NGD stops while
+    the stable direction keeps moving W_kq."""
+    late = next(c for c in random_cases(["twostage"]) if c.id.endswith("train_late_stage"))
+    naive = {"train": lambda model, inputs: oracle(model, inputs, direction=np.array("naive"))}
+    report = check(naive, late)
+    assert not report.ok
+    assert {"W_kq", "stage2_norm"} <= {r.name for r in report.rows if not r.ok}
+    assert report.departure == ("stage1_norm", 1)                  # stage 1 stops as well, and comes first
+    assert "leaves tolerance first at step 1 of stage1_norm" in report.summary()
+    stable = {"train": lambda model, inputs: oracle(model, inputs)}
+    assert check(stable, late).ok
+    # what makes it the late stage: the naive stage 2 does not move at all
+    stalled = oracle("twostage", {k: v for k, v in late.inputs.items() if k != "model"}, direction=np.array("naive"))
+    np.testing.assert_array_equal(stalled["W_kq"], late.inputs["W_kq"])
+    assert np.any(late.expected["W_kq"] != late.inputs["W_kq"])
+
+
+# --- float32 ----------------------------------------------------------------------------------------
+_float32 = load_adapter(ADAPTERS / "float32_outputs.py").evaluate
+
+
+def test_float32_results_fail_the_float64_policy_and_pass_the_float32_envelope(capsys):
+    case = next(c for c in random_cases(["shallow"]) if c.kind == "eval")
+    strict = check({"evaluate": _float32}, case)
+    assert not strict.ok
+    assert all(not r.ok and "less precise" in r.note for r in strict.rows)
+    widened = check({"evaluate": lambda m, i: {k: v.astype(np.float64) for k, v in _float32(m, i).items()}}, case)
+    assert not widened.ok                                    # the values themselves miss the float64 policy
+    assert [r.name for r in widened.rows if not r.ok] == ["loss", "grad_c", "grad_U", "grad_W"]   # f = 0 exactly
+    relaxed = check({"evaluate": _float32}, case, precision="float32")
+    assert relaxed.ok, relaxed
+    # reported as a multiple of the envelope: float32 rounding is at most u|q|, far inside MULTIPLE x envelope
+    assert all(0 < relaxed.ratio(r) < 1.0 for r in relaxed.rows if r.max_abs_err)
+    assert all(relaxed.ratio(r) == pytest.approx(MULTIPLE * r.ratio) for r in relaxed.rows)
+
+
+def test_cli_hints_at_float32_mode(capsys):
+    rc, out, _ = conformance(capsys, ADAPTERS / "float32_outputs.py", "--no-stored", "--model", "indrnn", "--random", 2)
+    assert rc == 1
+    assert "(float32 results cannot meet the float64 policy: judge them with --precision float32)" in out
+    rc, out, _ = conformance(capsys, ADAPTERS / "float32_outputs.py", "--no-stored", "--model", "indrnn", "--random", 2,
+                             "--precision", "float32")
+    assert rc == 0, out
+    assert out.splitlines()[-1] == "2 cases: 2 passed, 0 failed, 0 skipped; 10 arrays compared: PASS"
+
+
+# --- adapter errors, skips and usage errors -----------------------------------------------------------
+def test_adapter_exception_exit_2_with_the_adapters_traceback(capsys):
+    rc, out, err = conformance(capsys, ADAPTERS / "raising.py", "--no-stored")
+    assert rc == 2
+    lines = err.splitlines()
+    assert lines[0] == "Traceback (most recent call last):"
+    assert f'  File "{ADAPTERS / "raising.py"}", line 9, in evaluate' in lines
+    assert f'  File "{ADAPTERS / "raising.py"}", line 5, in _forward' in lines
+    assert "conformance.py" not in err
+    assert lines[-1] == (f"ntpref: error: {ADAPTERS / 'raising.py'}: evaluate() raised KeyError on case "
+                         "r0_twostage_0_eval_general_E: 'no_such_array'")
+
+
+def test_not_implemented_skips_the_case_with_its_message():
+    train_case = next(c for c in random_cases(["shallow"]) if c.kind == "train")
+    report = check(ADAPTERS / "raising.py", train_case)
+    assert report.ok and report.status == "skip"
+    assert report.summary() == f"skip  {train_case.id}: skipped: training of shallow is not written yet"
+    with pytest.raises(AdapterError, match=r"evaluate\(\) raised KeyError on case r0_shallow_0_eval_paired_mask") as exc:
+        check(ADAPTERS / "raising.py", random_cases(["shallow"])[0])
+    assert isinstance(exc.value.__cause__, KeyError)
+
+
+def test_cases_of_a_function_the_adapter_lacks_are_not_run(capsys):
+    rc, out, _ = conformance(capsys, ADAPTERS / "one_over_m.py", "--no-stored", "--model", "shallow")
+    assert "(evaluate)" in out.splitlines()[0]
+    assert "train" not in "".join(line for line in out.splitlines() if line.startswith(("pass", "FAIL", "skip")))
+    assert out.splitlines()[-1].startswith("2 cases:")
+    report = check({"train": _float32}, random_cases(["shallow"])[0])
+    assert report.skipped == "the adapter defines no evaluate()"
+
+
+def test_everything_skipped_is_not_a_pass(capsys):
+    rc, out, _ = conformance(capsys, ADAPTERS / "one_over_m.py", "--no-stored", "--model", "twostage")
+    assert rc == 1
+    assert out.splitlines()[-1] == "2 cases: 0 passed, 0 failed, 2 skipped; 0 arrays compared: FAIL (nothing was compared)"
+
+
+def test_unknown_or_missing_outputs(capsys):
+    case = random_cases(["twostage"])[0]
+    typo = check({"evaluate": lambda m, i: {**oracle(m, i), "grad_W_KQ": np.zeros((3, 3))}}, case)
+    assert not typo.ok and typo.unknown == ["grad_W_KQ"]
+    assert ("r0_twostage_0_eval_general_E", "grad_W_KQ", "-", "-", "-", "-",
+            "FAIL (not an output of ntpref eval)") in typo.table_rows(verbose=False)
+    partial = check({"evaluate": lambda m, i: {"loss": oracle(m, i)["loss"]}}, case)
+    assert partial.ok and partial.not_returned == ["logits", "attn", "grad_W_ov", "grad_W_kq", "loss0", "grad0_W_ov"]
+    nothing = check({"evaluate": lambda m, i: {}}, case)
+    assert not nothing.ok
+    assert "the adapter returned none of the outputs" in nothing.summary()
+
+
+def test_adapter_returning_no_dict_of_arrays():
+    case = random_cases(["indrnn"])[0]
+    with pytest.raises(AdapterError, match=r"^adapter: evaluate\(\) on case r0_indrnn_0_eval_paired returned list, "
+                                           r"not a dict of arrays$"):
+        check({"evaluate": lambda m, i: [1, 2]}, case)
+    strings = check({"evaluate": lambda m, i: {"f": np.array(["a"] * 9)}}, case)      # a failed row, not an error
+    assert not strings.ok
+    assert strings.rows[0].note == "adapter is string (<U1), oracle floating-point (float64)"
+
+
+def test_usage_errors_exit_2(capsys, tmp_path):
+    rc, _, err = conformance(capsys, tmp_path / "missing.py")
+    assert (rc, err) == (2, f"ntpref: error: {tmp_path / 'missing.py'}: no such adapter file\n")
+    empty = tmp_path / "empty.py"
+    empty.write_text("x = 1\n")
+    rc, _, err = conformance(capsys, empty)
+    assert (rc, err) == (2, f"ntpref: error: {empty}: defines neither evaluate(model, inputs) nor train(model, inputs)\n")
+    broken = tmp_path / "broken.py"
+    broken.write_text("import numpy\n\nraise RuntimeError('cannot start')\n")
+    rc, _, err = conformance(capsys, broken)
+    assert rc == 2
+    assert f'  File "{broken}", line 3, in <module>' in err.splitlines()
+    assert err.splitlines()[-1] == f"ntpref: error: {broken}: loading the adapter raised RuntimeError: cannot start"
+    for args, text in ((["--model", "gpt"], "argument --model: invalid choice: 'gpt'"),
+                       (["--random", "-1"], "array 'random': must be >= 0, got -1"),
+                       (["--precision", "float16"], "argument --precision: invalid choice: 'float16'")):
+        rc, _, err = conformance(capsys, ADAPTERS / "oracle_numpy.py", *args)
+        assert rc == 2 and text in err, err
+
+
+def test_verbose_shows_every_row_and_json_report(capsys, tmp_path):
+    rc, quiet, _ = conformance(capsys, ADAPTERS / "oracle_numpy.py", "--no-stored", "--model", "indrnn", "--random", 2)
+    assert rc == 0 and "max abs err" not in quiet               # no failures: no table
+    report_path = tmp_path / "report.json"
+    rc, out, _ = conformance(capsys, ADAPTERS / "oracle_numpy.py", "--no-stored", "--model", "indrnn", "--random", 2,
+                             "-v", "--json", report_path)
+    assert rc == 0
+    rows = [line.split()[:2] for line in out.splitlines() if line.startswith("r0_indrnn")]
+    assert rows == [[c, a] for c in ("r0_indrnn_0_eval_paired", "r0_indrnn_1_eval_T1_erf")
+                    for a in ("f", "loss", "grad_c", "grad_u", "grad_W_in")]
+    doc = json.loads(report_path.read_text())
+    assert (doc["ok"], doc["precision"], doc["models"]) == (True, "float64", ["indrnn"])
+    assert [c["case"] for c in doc["cases"]] == ["r0_indrnn_0_eval_paired", "r0_indrnn_1_eval_T1_erf"]
+    assert all(r["ok"] and r["err/tol"] < 1 for c in doc["cases"] for r in c["rows"])
+
+
+def test_json_report_of_a_failing_run(capsys, tmp_path):
+    path = tmp_path / "report.json"
+    rc, _, _ = conformance(capsys, ADAPTERS / "detached_attention.py", "--no-stored", "--model", "twostage",
+                           "--json", path)
+    assert rc == 1
+    doc = json.loads(path.read_text())
+    assert doc["ok"] is False
+    naive = next(c for c in doc["cases"] if c["case"] == "r0_twostage_2_train_naive")
+    assert naive["status"] == "FAIL"
+    assert naive["departure"] == {"array": "stage2_loss", "step": 1}
+    assert {r["array"] for r in naive["rows"] if not r["ok"]} == {"W_kq", "stage2_loss", "stage2_norm", "stage2_corr"}
+
+
+def test_damaged_stored_case_exit_2(capsys, tmp_path):
+    root = tmp_path / "runs"
+    shutil.copytree(default_root(), root)
+    expected = load_npz(root / "indrnn_eval" / "expected.npz")
+    expected["f"] = expected["f"] * (1 + 1e-6)
+    save_npz(root / "indrnn_eval" / "expected.npz", expected)
+    rc, _, err = conformance(capsys, ADAPTERS / "oracle_numpy.py", "--model", "indrnn", "--random", 0, "--root", root)
+    assert rc == 2
+    assert err == (f"ntpref: error: reference case indrnn_eval/expected.npz: array 'f' bytes differ from the manifest "
+                   f"(sha256) ({root})\n")
+
+
+# --- the cases ----------------------------------------------------------------------------------------
+def test_random_cases_are_reproducible_and_independent_of_the_selection():
+    every = {c.id: c for c in random_cases(n=6, seed=3)}
+    assert len(every) == 18
+    some = random_cases(["indrnn"], n=2, seed=3)
+    assert [c.id for c in some] == ["r3_indrnn_0_eval_paired", "r3_indrnn_1_eval_T1_erf"]
+    for case in some:
+        assert case.inputs.keys() == every[case.id].inputs.keys()
+        for k, v in case.inputs.items():
+            np.testing.assert_array_equal(v, every[case.id].inputs[k])
+    other = random_cases(["indrnn"], n=1, seed=4)[0]
+    assert not np.array_equal(other.inputs["X"], some[0].inputs["X"]) or other.inputs["X"].shape != some[0].inputs["X"].shape
+    assert [c.id.split("_", 3)[3] for c in every.values() if c.model == "shallow"] == [
+        "eval_paired_mask", "eval_T1_erf", "train_projgd", "train_projsgd", "eval_paired_mask", "eval_T1_erf"]
+
+
+def test_random_cases_cover_the_regimes():
+    by_name = {c.id.split("_", 3)[3] + ":" + c.model: c for c in random_cases(seed=0)}
+    assert len(by_name) == sum(len(r) for r in REGIMES.values())
+    general = by_name["eval_general_E:twostage"].inputs
+    assert general["E"].shape[0] != general["E"].shape[1]
+    assert 1 in general["lengths"] and np.any(general["tokens"] == -1) and np.any(general["succ"] == -1)
+    assert len(np.unique(general["tokens"][2])) == 1                                       # repeated tokens
+    assert np.max(by_name["eval_saturated:twostage"].expected["attn"]) > 1 - 1e-9            # saturated softmax
+    assert str(by_name["train_naive:twostage"].inputs["direction"]) == "naive"
+    for model in ("shallow", "indrnn"):
+        np.testing.assert_array_equal(by_name[f"eval_paired{'_mask' if model == 'shallow' else ''}:{model}"].expected["f"], 0.0)
+        t1 = by_name[f"eval_T1_erf:{model}"].inputs
+        assert t1["X"].shape[1] == 1 and str(t1["activation"]) == "erf" and float(t1["kappa"]) == 1.0
+        sgd = by_name[f"train_projsgd:{model}"].inputs
+        assert {"batch", "seed", "X_val", "y_val"} <= set(sgd)
+    mask = by_name["eval_paired_mask:shallow"].inputs
+    assert bool(mask["mask_last_key"]) and float(mask["tau_att"]) == pytest.approx(np.sqrt(mask["X"].shape[2]))
+    projgd = by_name["train_projgd:shallow"]
+    np.testing.assert_array_equal(projgd.inputs["rho"], [np.inf, 0.0, 0.05])
+    np.testing.assert_array_equal(projgd.expected["U"], projgd.inputs["U"])                   # rho_U = 0: frozen
+    m = len(projgd.inputs["c"])
+    radius = np.linalg.norm((projgd.expected["W"] - projgd.inputs["W"]).reshape(m, -1), axis=1)
+    np.testing.assert_allclose(radius, 0.05 / np.sqrt(m), rtol=1e-12)                         # W's ball active
+
+
+def test_stored_cases_are_the_eval_and_train_cases_of_the_manifest():
+    stored = stored_cases()
+    assert {c.kind for c in stored} == {"eval", "train"}
+    assert "shallow_ntk_gram" not in {c.id for c in stored}
+    assert [c.id for c in stored_cases(["indrnn"])] == ["indrnn_eval", "indrnn_train"]
+    case = stored_cases(["indrnn"])[0]
+    np.testing.assert_array_equal(case.expected["f"], load_npz(default_root() / "indrnn_eval" / "expected.npz")["f"])
+    assert case.tolerances() == tolerances_of(load_manifest()["cases"]["indrnn_eval"])     # as ntpref verify
