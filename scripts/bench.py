@@ -11,10 +11,11 @@ figure), when the frameworks are installed:
                      resized in a running process: these rows use XLA's default (all cores) and show
                      "default" threads; set XLA_FLAGS="--xla_cpu_multi_thread_eigen=false
                      intra_op_parallelism_threads=1" before the run for single-threaded JAX rows.
-The models are the restatements in scripts/crosscheck_torch.py and scripts/crosscheck_jax.py
-(written from the specs, not from ntpref's code); every step returns the loss and the gradients of
-all trained parameters (twostage: W_ov and W_kq; shallow: c, U, W; indrnn: c, u, W_in), and for the
-JAX rows the result is blocked on before the clock stops.
+The models are the shipped conformance adapters' restatements (examples/adapters/torch_restatement.py,
+examples/adapters/jax_float64.py; written from the equations of docs/, not from ntpref's code, and checked
+against the oracle by ``ntpref conformance``); every step returns the loss and the gradients of all
+trained parameters (twostage: W_ov and W_kq; shallow: c, U, W; indrnn: c, u, W_in), and for the JAX rows
+the result is blocked on before the clock stops.
 """
 from __future__ import annotations
 
@@ -22,44 +23,40 @@ import argparse
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+# the adapters are plain modules in examples/adapters/, imported from there
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", "adapters"))
 
 from ntpref import bench  # noqa: E402
 
-
-def _twostage_input(inputs: dict):
-    """The crosscheck restatements' two-stage input record from a benchmark case's arrays."""
-    import crosscheck_common as common
-    return common.TwoStageInput(tokens=inputs["tokens"], mask=inputs["mask"], query=inputs["query"],
-                                targets=inputs["targets"], E=inputs["E"], succ=None,
-                                W_ov=inputs["W_ov"], W_kq=inputs["W_kq"])
+#: options of the benchmark's shallow / indrnn steps (the defaults of the contract)
+OPTIONS = {"kappa": 2.0, "tau_att": 1.0, "mask_last_key": False, "activation": "tanh"}
 
 
 def torch_implementations() -> list[bench.Implementation]:
     try:
         import torch
-        import crosscheck_common as common
-        import crosscheck_torch as ct
+        import torch_restatement as tr
     except ImportError:
         return []
 
     def setup(dtype):
         def make(case: bench.Case, inputs: dict):
             if case.model == "twostage":
-                data = ct.TwoStage(_twostage_input(inputs), dtype)
+                ds = inputs["ds"]
+                data = tr.Sentences(torch.tensor(ds.E, dtype=dtype), ds.tokens, ds.lengths, ds.targets)
                 W = [torch.tensor(inputs[k], dtype=dtype, requires_grad=True) for k in ("W_ov", "W_kq")]
 
                 def step():
-                    loss = data.loss(*W)
+                    loss = data.forward(*W)[0].mean()
                     return loss.item(), torch.autograd.grad(loss, W)
                 return step
-            inp = common.ShallowInput(model=case.model, X=inputs["X"], y=inputs["y"], params={})
+            opts = {"model": case.model, **OPTIONS}
             X = torch.tensor(inputs["X"], dtype=dtype)
             y = torch.tensor(inputs["y"], dtype=dtype)
             params = [torch.tensor(p, dtype=dtype, requires_grad=True) for p in inputs["params"]]
 
             def step():
-                _, loss = ct.mse(inp, X, y, params)
+                _, loss = tr.mse(opts, X, y, params)
                 return loss.item(), torch.autograd.grad(loss, params)
             return step
         return make
@@ -71,23 +68,22 @@ def torch_implementations() -> list[bench.Implementation]:
 def jax_implementations() -> list[bench.Implementation]:
     try:
         import jax
-        import crosscheck_jax as cj          # enables jax_enable_x64
+        import jax_float64 as jx          # enables jax_enable_x64
         import jax.numpy as jnp
     except ImportError:
         return []
-    twostage_grad = jax.jit(jax.value_and_grad(cj.twostage_loss, argnums=(0, 1)))
-    shallow_grad = jax.jit(jax.value_and_grad(cj.mse, argnums=3, has_aux=True), static_argnums=0)
+    twostage_grad = jax.jit(jax.value_and_grad(jx.twostage_loss, argnums=(0, 1), has_aux=True))
+    shallow_grad = jax.jit(jax.value_and_grad(jx.mse, argnums=3, has_aux=True), static_argnums=0)
 
     def make(case: bench.Case, inputs: dict):
         if case.model == "twostage":
-            data = cj.twostage_data(_twostage_input(inputs), jnp.float64)
+            ds = inputs["ds"]
+            data = jx.sentences({"E": ds.E, "tokens": ds.tokens, "lengths": ds.lengths, "targets": ds.targets})
             W_ov, W_kq = jnp.asarray(inputs["W_ov"]), jnp.asarray(inputs["W_kq"])
             return lambda: jax.block_until_ready(twostage_grad(W_ov, W_kq, data))
-        opts = dict((("model", case.model), ("kappa", 2.0), ("tau_att", 1.0), ("mask_last_key", False),
-                     ("activation", "tanh")))
         X, y = jnp.asarray(inputs["X"]), jnp.asarray(inputs["y"])
         params = tuple(jnp.asarray(p) for p in inputs["params"])
-        frozen = _Frozen(opts)
+        frozen = _Frozen({"model": case.model, **OPTIONS})
         return lambda: jax.block_until_ready(shallow_grad(frozen, X, y, params))
 
     return [bench.Implementation("jax jit f64", make, None)]
