@@ -129,11 +129,19 @@ def test_per_array_tolerances_and_default():
     assert compare_arrays(e, a, {"a": tolerance(rtol=1e-7)}, default=tolerance(atol=1e-7)).ok
 
 
-def test_bad_tolerances_rejected():
-    for spec in ({"rtol": -1}, {"rtol": float("nan")}, {"rtl": 1e-3}, {"rtol": "1e-3"},
-                 {"head": {"n": -1}}, {"head": {"n": 2, "x": 1}}, [1e-3]):
-        with pytest.raises(InputError):
-            check_tolerance("t", spec)
+@pytest.mark.parametrize("spec,message", [
+    ({"rtol": -1}, "'rtol' must be a finite number >= 0, got -1"),
+    ({"rtol": float("nan")}, "'rtol' must be a finite number >= 0, got nan"),
+    ({"rtl": 1e-3}, "unknown tolerance key 'rtl'; allowed: rtol, atol, atol_max_scale, atol_per_step, reason, head"),
+    ({"rtol": "1e-3"}, "'rtol' must be a finite number >= 0, got '1e-3'"),
+    ({"head": {"n": -1}}, "head 'n' must be an integer >= 0, got -1"),
+    ({"head": {"n": 2, "x": 1}}, "'head' must be an object with keys n, rtol, atol, atol_max_scale, atol_per_step"),
+    ([1e-3], "a tolerance must be an object with keys rtol, atol, atol_max_scale, atol_per_step, reason, head, "
+             "got [0.001]"),
+], ids=["negative", "nan", "unknown-key", "string", "negative-head-n", "unknown-head-key", "not-a-mapping"])
+def test_bad_tolerance_is_an_input_error_naming_it(spec, message):
+    with pytest.raises(InputError, match="^" + re.escape(f"t: {message}") + "$"):
+        check_tolerance("t", spec)
 
 
 # --- command line -------------------------------------------------------------------------------
@@ -144,26 +152,47 @@ def files(tmp_path):
     return tmp_path, e
 
 
-def test_cli_exit_codes(files, capsys):
+def _compare(d, actual: dict, *options) -> int:
+    save_npz(d / "actual.npz", actual)
+    return main(["compare", str(d / "e.npz"), str(d / "actual.npz"), *options])
+
+
+def test_cli_identical_files_exit_0_with_one_exact_row_per_array(files, capsys):
     d, e = files
-    save_npz(d / "same.npz", e)
-    assert main(["compare", str(d / "e.npz"), str(d / "same.npz"), "--rtol", "0", "--atol", "0"]) == 0
+    assert _compare(d, e, "--rtol", "0", "--atol", "0") == 0
     out = capsys.readouterr().out
-    assert "f" in out and "ok" in out and "exact" in out
+    for name, shape in (("model", r"\[\]"), ("f", r"\[5\]"), ("ids", r"\[3\]")):
+        assert re.search(rf"\n{name} +{shape} .* exact +- +ok\n", out), name
+    assert out.endswith("ok: 3 arrays agree\n")
 
-    save_npz(d / "close.npz", {**e, "f": e["f"] * (1 + 1e-11)})
-    assert main(["compare", str(d / "e.npz"), str(d / "close.npz")]) == 0          # default rtol 1e-10
-    assert main(["compare", str(d / "e.npz"), str(d / "close.npz"), "--rtol", "1e-12"]) == 1
-    assert "FAIL" in capsys.readouterr().out
 
-    save_npz(d / "missing.npz", {k: v for k, v in e.items() if k != "ids"})
-    assert main(["compare", str(d / "e.npz"), str(d / "missing.npz")]) == 1
+def test_cli_default_rtol_accepts_1e_11(files):
+    d, e = files
+    assert _compare(d, {**e, "f": e["f"] * (1 + 1e-11)}) == 0          # default rtol 1e-10
+
+
+def test_cli_tighter_rtol_fails_exit_1(files, capsys):
+    d, e = files
+    assert _compare(d, {**e, "f": e["f"] * (1 + 1e-11)}, "--rtol", "1e-12") == 1
+    assert capsys.readouterr().out.endswith("FAIL: 2/3 arrays agree; failing: f\n")
+
+
+def test_cli_missing_array_fails_exit_1(files, capsys):
+    d, e = files
+    assert _compare(d, {k: v for k, v in e.items() if k != "ids"}) == 1
     assert "missing from actual (only in expected): ids" in capsys.readouterr().out
 
-    save_npz(d / "f32.npz", {**e, "f": e["f"].astype(np.float32)})
-    assert main(["compare", str(d / "e.npz"), str(d / "f32.npz"), "--rtol", "1"]) == 1
-    save_npz(d / "shape.npz", {**e, "f": e["f"][:4]})
-    assert main(["compare", str(d / "e.npz"), str(d / "shape.npz"), "--rtol", "1"]) == 1
+
+def test_cli_float32_against_float64_fails_exit_1(files, capsys):
+    d, e = files
+    assert _compare(d, {**e, "f": e["f"].astype(np.float32)}, "--rtol", "1") == 1
+    assert "FAIL (actual is float32, less precise than expected float64)" in capsys.readouterr().out
+
+
+def test_cli_shape_mismatch_fails_exit_1(files, capsys):
+    d, e = files
+    assert _compare(d, {**e, "f": e["f"][:4]}, "--rtol", "1") == 1
+    assert "FAIL (shape [4] != expected [5])" in capsys.readouterr().out
 
 
 def test_cli_tolerance_file(files, capsys):

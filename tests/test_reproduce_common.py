@@ -17,7 +17,10 @@ def test_time_grid():
     assert {1, 2, 3} <= set(g.tolist()) and g.size < 1300                # log-spaced start, subsampled
     np.testing.assert_array_equal(common.time_grid(5), np.arange(6))     # short runs: every step
     np.testing.assert_array_equal(common.time_grid(0), [0])
-    with pytest.raises(InputError):
+
+
+def test_time_grid_refuses_negative_length():
+    with pytest.raises(InputError, match="^time_grid: T must be >= 0, got -1$"):
         common.time_grid(-1)
 
 
@@ -34,7 +37,10 @@ def test_select_config_most_cells_then_largest():
     # several varying axes
     config, rows, note = common.select_config(quick + [({"seed": 1, "m": 16, "T": 10}, {})], ("seed", "m"))
     assert config == {"T": 10} and len(rows) == 3 and note == ""
-    with pytest.raises(InputError):
+
+
+def test_select_config_needs_a_finished_cell():
+    with pytest.raises(InputError, match="^no finished cells to summarize$"):
         common.select_config([])
 
 

@@ -7,6 +7,7 @@ included); the analysis functions on synthetic curves; the closure-only classifi
 the pipeline (run, resume, summarize from the results directory alone) on tiny sizes.
 """
 import math
+import shutil
 
 import numpy as np
 import pytest
@@ -222,33 +223,65 @@ TINY = {
 }
 
 
-@pytest.mark.parametrize("name", ["twostage", "generalization"])
-def test_pipeline_resume_and_summarize_from_directory(name, tmp_path, monkeypatch):
-    """run_target on a tiny size: figures and summary.txt appear; a rerun computes nothing (resume); deleting
-    the outputs and summarizing from the cells alone gives the same table and numbers; a removed cell is
-    recomputed, and only that one."""
-    mod = {"twostage": figure2, "generalization": generalization}[name]
+MODULES = {"twostage": figure2, "generalization": generalization}
+
+
+@pytest.fixture(scope="module", params=["twostage", "generalization"])
+def tiny_run(request, tmp_path_factory):
+    """(name, results directory, Summary) of one run_target of ``name`` on the tiny size (module-wide: the
+    cells are the costly part; tests that change the directory work on a copy)."""
+    name = request.param
+    root = tmp_path_factory.mktemp(name)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setitem(MODULES[name].SIZES, "tiny", TINY[name])
+        return name, root, run_target(name, "tiny", root)
+
+
+@pytest.fixture
+def tiny_copy(tiny_run, tmp_path, monkeypatch):
+    """(name, a private copy of the tiny run's results directory, the first Summary, the first run's figure
+    paths inside the copy, a list recording every cell computed from now on), the tiny size registered."""
+    name, root, first = tiny_run
+    shutil.copytree(root, tmp_path, dirs_exist_ok=True)
+    mod = MODULES[name]
     monkeypatch.setitem(mod.SIZES, "tiny", TINY[name])
-    first = run_target(name, "tiny", tmp_path)
-    outdir = tmp_path / name / "tiny"
+    real_cell, calls = mod.cell, []
+    monkeypatch.setattr(mod, "cell", lambda **p: calls.append(p) or real_cell(**p))
+    return name, tmp_path, first, [tmp_path / f.relative_to(root) for f in first.figures], calls
+
+
+def test_pipeline_writes_cells_figures_and_summary(tiny_run):
+    name, root, first = tiny_run
+    outdir = root / name / "tiny"
     assert len(list((outdir / "cells").glob("*.npz"))) == 2
     assert first.figures and all(f.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for f in first.figures)
     assert (outdir / "summary.txt").read_text().strip() == first.table.strip()
-    assert all(isinstance(v, float) for v in first.numbers.values())
+    assert first.numbers["seeds"] == 2.0
 
-    real_cell, calls = mod.cell, []
-    monkeypatch.setattr(mod, "cell", lambda **p: calls.append(p) or real_cell(**p))
-    again = run_target(name, "tiny", tmp_path)
+
+def test_pipeline_rerun_computes_nothing(tiny_copy):
+    name, root, first, _, calls = tiny_copy
+    again = run_target(name, "tiny", root)
     assert calls == []
-    for f in first.figures:
-        f.unlink()
-    rebuilt = run_target(name, "tiny", tmp_path, summarize_only=True)
-    assert calls == [] and all(f.exists() for f in first.figures)
-    for s in (again, rebuilt):
-        assert s.table == first.table
-        np.testing.assert_equal(s.numbers, first.numbers)
+    assert again.table == first.table
+    np.testing.assert_equal(again.numbers, first.numbers)
 
-    next(iter(sorted((outdir / "cells").glob("*seed=1*")))).unlink()
-    resumed = run_target(name, "tiny", tmp_path)
+
+def test_pipeline_summarizes_from_the_cells_alone(tiny_copy):
+    """Deleting the figures and summarizing from the stored cells rebuilds the same table, numbers, figures."""
+    name, root, first, figures, calls = tiny_copy
+    for f in figures:
+        f.unlink()
+    rebuilt = run_target(name, "tiny", root, summarize_only=True)
+    assert calls == [] and all(f.exists() for f in figures)
+    assert rebuilt.figures == figures
+    assert rebuilt.table == first.table
+    np.testing.assert_equal(rebuilt.numbers, first.numbers)
+
+
+def test_pipeline_recomputes_only_a_removed_cell(tiny_copy):
+    name, root, first, _, calls = tiny_copy
+    next(iter(sorted((root / name / "tiny" / "cells").glob("*seed=1*")))).unlink()
+    resumed = run_target(name, "tiny", root)
     assert [c["seed"] for c in calls] == [1]
     np.testing.assert_equal(resumed.numbers, first.numbers)    # cells are deterministic

@@ -9,6 +9,7 @@ import tracemalloc
 import numpy as np
 import pytest
 
+from common_checks import check_backends_agree, indrnn_case, twostage_case
 from ntpref.oracle import contract
 from ntpref.shallow.model import iid_init, loss_and_grad, paired_init
 from ntpref.shallow.rnn import rnn_loss_and_grad, rnn_paired_init
@@ -57,8 +58,17 @@ def test_twostage_saturated_attention_and_output(scale, rng):
     close(fa.losses, fb.losses, 1e-11)
     for x, y in zip(ga[1:], gb[1:]):
         close(x, y, 1e-10)
-    loss, g_ov, g_kq = tm.loss_and_grad(ds, scale * W_ov, W_kq)     # saturated output softmax too
-    assert finite(loss, g_ov, g_kq) and loss >= 0
+
+
+@pytest.mark.parametrize("scale", [1e4, 1e8, 1e15])
+def test_twostage_saturated_output_softmax_backends_agree(scale, rng):
+    """Huge W_ov and W_kq: both softmaxes saturated; loss, logits, attention and gradients of the two
+    backends agree within the float64 policy."""
+    five = five_token_example()
+    inputs = {"model": np.array("twostage"), "tokens": five.tokens, "lengths": five.lengths,
+              "targets": five.targets, "E": rng.standard_normal((4, 5)),
+              "W_ov": scale * rng.standard_normal((4, 4)), "W_kq": scale * rng.standard_normal((4, 4))}
+    check_backends_agree(twostage_case("twostage", "gaussian"), inputs)
 
 
 @pytest.mark.parametrize("scale", [1e4, 1e8, 1e15])
@@ -76,10 +86,16 @@ def test_shallow_saturated_attention(scale, rng):
     close(outs["numba"][0], f_limit, 1e-12)
     for a, b in zip(outs["numba"], outs["numpy"]):
         close(a, b, 1e-10)
-    # the RNN with huge input weights: tanh saturates, gradients stay finite
-    cr, ur, Wr = rnn_paired_init(4, 3, seed=2)
-    for b in ("numba", "numpy"):
-        assert finite(*rnn_loss_and_grad(X, y, cr, ur, scale * Wr, backend=b))
+
+
+@pytest.mark.parametrize("scale", [1e4, 1e8, 1e15])
+def test_indrnn_saturated_units_backends_agree(scale, rng):
+    """Huge input weights: tanh saturates; f, loss and gradients of the two backends agree within the
+    float64 policy."""
+    c, u, W_in = rnn_paired_init(4, 3, seed=2)
+    inputs = {"model": np.array("indrnn"), "X": rng.standard_normal((6, 5, 3)), "y": rng.standard_normal(6),
+              "c": c, "u": u, "W_in": scale * W_in}
+    check_backends_agree(indrnn_case("indrnn"), inputs)
 
 
 # ---- tiny and zero gradients ------------------------------------------------------------------------------
@@ -113,19 +129,32 @@ def test_long_normalized_gd_stays_finite():
     assert tm.kq_direction(five, res.W_ov, res.W_kq, "naive").log_norm < -700     # tiny indeed
 
 
-def test_zero_gradient_is_a_clean_stop():
+def _one_token_task():
     """One-token sentences: attention is 1 whatever W_kq, so ∇_{W_kq} L = 0 exactly at step 0."""
-    succ = np.array([1, 2, 0])
-    ds = Dataset.from_sentences([[0], [1], [2]], [1, 2, 0], K=3, succ=succ)
-    res = two_stage(ds, eta0=0.1, eta=0.1, T0=3, T=5)
+    return Dataset.from_sentences([[0], [1], [2]], [1, 2, 0], K=3, succ=np.array([1, 2, 0]))
+
+
+def test_zero_gradient_is_a_clean_stop():
+    res = two_stage(_one_token_task(), eta0=0.1, eta=0.1, T0=3, T=5)
     assert (res.stop2.reason, res.stop2.step) == ("zero_gradient", 0)
-    assert (res.W_kq == 0).all() and finite(*res.stage2.values()) and (res.stage2["loss"] == res.stage2["loss"][0]).all()
+    assert (res.W_kq == 0).all()
+    np.testing.assert_array_equal(res.stage2["loss"], np.full(6, res.stage2["loss"][0]))
+
+
+def test_zero_gradient_stop_pads_the_contract_output():
+    """The train contract's stage-2 arrays keep their T + 1 rows after the stop, padded with the last value."""
+    ds = _one_token_task()
     out = contract.train({"model": np.array("twostage"), "tokens": ds.tokens, "lengths": ds.lengths,
                           "targets": ds.targets, "W_ov": np.zeros((3, 3)), "W_kq": np.zeros((3, 3)),
-                          "K": np.array(3), "succ": succ, "eta0": np.array(0.1), "eta": np.array(0.1),
+                          "K": np.array(3), "succ": ds.succ, "eta0": np.array(0.1), "eta": np.array(0.1),
                           "T0": np.array(3), "T": np.array(5)})
-    assert out["stage2_loss"].shape == (6,) and finite(*out.values())
-    # shallow: zero residual (paired init gives f = 0, targets 0): zero gradients, parameters unchanged
+    res = two_stage(ds, eta0=0.1, eta=0.1, T0=3, T=5)
+    np.testing.assert_array_equal(out["stage2_loss"], np.full(6, res.stage2["loss"][0]))
+    np.testing.assert_array_equal(out["W_kq"], np.zeros((3, 3)))
+
+
+def test_zero_residual_leaves_shallow_parameters_unchanged():
+    """Paired init gives f = 0; with targets 0 every gradient is zero and ProjGD does not move."""
     X = np.random.default_rng(1).standard_normal((5, 3, 2))
     params = paired_init(4, 2, seed=3)
     res = proj_gd("shallow", X, np.zeros(5), params, eta=1.0, steps=3)
@@ -136,29 +165,39 @@ def test_zero_gradient_is_a_clean_stop():
 
 # ---- long sequences, wide models, linear memory --------------------------------------------------------
 
-def test_long_sequences_and_wide_models(rng):
-    X, y = rng.standard_normal((3, 1024, 6)), rng.standard_normal(3)
-    c, U, W = iid_init(8, 6, seed=0)
-    cr, ur, Wr = rnn_paired_init(8, 6, seed=0)
-    for args, fn in (((X, y, c, U, W), loss_and_grad), ((X, y, cr, ur, Wr), rnn_loss_and_grad)):
-        a, b = fn(*args, backend="numba"), fn(*args, backend="numpy")
-        assert finite(*a)
-        for u, v in zip(a, b):
-            close(u, v, 1e-10)
-    Xw, yw = rng.standard_normal((3, 6, 4)), rng.standard_normal(3)
-    for args, fn in (((Xw, yw, *iid_init(4096, 4, seed=0)), loss_and_grad),
-                     ((Xw, yw, *rnn_paired_init(4096, 4, seed=0)), rnn_loss_and_grad)):
-        a, b = fn(*args, backend="numba"), fn(*args, backend="numpy")
-        assert finite(*a)
-        for u, v in zip(a, b):
-            close(u, v, 1e-10)
-    K = 12
-    ds = Dataset(rng.integers(0, K, (3, 1024)), np.full(3, 1024), rng.integers(0, K, 3), np.eye(K))
-    W1, W2 = rng.standard_normal((K, K)), rng.standard_normal((K, K))
-    a, b = tm.loss_and_grad(ds, W1, W2, "numba"), tm.loss_and_grad(ds, W1, W2, "numpy")
+def _backends_close(fn, *args):
+    a, b = fn(*args, backend="numba"), fn(*args, backend="numpy")
     assert finite(*a)
     for u, v in zip(a, b):
         close(u, v, 1e-10)
+
+
+@pytest.mark.parametrize("model", ["shallow", "indrnn"])
+def test_long_sequences_backends_agree(rng, model):
+    """T = 1024 tokens."""
+    X, y = rng.standard_normal((3, 1024, 6)), rng.standard_normal(3)
+    if model == "shallow":
+        _backends_close(loss_and_grad, X, y, *iid_init(8, 6, seed=0))
+    else:
+        _backends_close(rnn_loss_and_grad, X, y, *rnn_paired_init(8, 6, seed=0))
+
+
+@pytest.mark.parametrize("model", ["shallow", "indrnn"])
+def test_wide_models_backends_agree(rng, model):
+    """m = 4096 heads / units."""
+    X, y = rng.standard_normal((3, 6, 4)), rng.standard_normal(3)
+    if model == "shallow":
+        _backends_close(loss_and_grad, X, y, *iid_init(4096, 4, seed=0))
+    else:
+        _backends_close(rnn_loss_and_grad, X, y, *rnn_paired_init(4096, 4, seed=0))
+
+
+def test_twostage_long_sentences_backends_agree(rng):
+    """Sentences of 1024 tokens."""
+    K = 12
+    ds = Dataset(rng.integers(0, K, (3, 1024)), np.full(3, 1024), rng.integers(0, K, 3), np.eye(K))
+    _backends_close(lambda *a, backend: tm.loss_and_grad(*a, backend), ds, rng.standard_normal((K, K)),
+                    rng.standard_normal((K, K)))
 
 
 def peak_bytes(fn) -> int:

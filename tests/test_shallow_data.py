@@ -44,8 +44,7 @@ def _teacher_direct(X, anchors, alpha, U, W, nu, diagonal):
 def test_teacher_matches_spec_formula(attention, backend):
     ts = data.teacher_student(**SMALL, teacher_attention=attention, seed=4, backend=backend, block=2)
     rng = np.random.default_rng(4)                  # the documented draw order
-    raw = rng.standard_normal((7, 4, 3))
-    X = raw / np.maximum(1.0, np.linalg.norm(raw, axis=2, keepdims=True))
+    X = data.scale_tokens(rng.standard_normal((7, 4, 3)))
     idx = rng.choice(7, size=3, replace=False)
     g = rng.standard_normal(3)
     U = rng.standard_normal((5, 3))
@@ -59,24 +58,48 @@ def test_teacher_matches_spec_formula(attention, backend):
     np.testing.assert_allclose(np.concatenate([ts.y_train, ts.y_val]), y, rtol=1e-12, atol=1e-15)
 
 
-def test_teacher_modes_differ_and_are_reproducible():
-    cfg = dict(n=40, d=4, T=6, R=4, K=64, n_train=30)
-    full = data.teacher_student(**cfg, seed=2)
-    diag = data.teacher_student(**cfg, teacher_attention="diagonal", seed=2)
+def test_scale_tokens_projects_long_tokens_onto_the_unit_sphere():
+    """x_t ↦ x_t / max(1, ‖x_t‖) token by token (docs/shallow.md §1, §5)."""
+    X = np.array([[[3.0, 4.0], [0.3, 0.4]], [[0.0, 0.0], [-6.0, 8.0]]])
+    expected = np.array([[[0.6, 0.8], [0.3, 0.4]], [[0.0, 0.0], [-0.6, 0.8]]])
+    np.testing.assert_allclose(data.scale_tokens(X), expected, rtol=1e-15, atol=0)
+
+
+TEACHER = dict(n=40, d=4, T=6, R=4, K=64, n_train=30)
+
+
+def test_teacher_modes_share_tokens_and_differ_in_labels():
+    full = data.teacher_student(**TEACHER, seed=2)
+    diag = data.teacher_student(**TEACHER, teacher_attention="diagonal", seed=2)
     np.testing.assert_array_equal(full.X_train, diag.X_train)
     assert np.max(np.abs(full.y_train - diag.y_train)) > 1e-3 * np.max(np.abs(full.y_train))
-    for ts, att in ((full, "full"), (diag, "diagonal")):
-        again = data.teacher_student(**cfg, teacher_attention=att, seed=2)
-        for name in ("X_train", "y_train", "X_val", "y_val", "anchors", "alpha"):
-            np.testing.assert_array_equal(getattr(ts, name), getattr(again, name))
-        assert ts.config.teacher_attention == att and ts.config.seed == 2
-    other = data.teacher_student(**cfg, seed=3)
-    assert not np.array_equal(other.y_train, full.y_train)
+
+
+@pytest.mark.parametrize("attention", ["full", "diagonal"])
+def test_teacher_is_reproducible_from_config_and_seed(attention):
+    ts = data.teacher_student(**TEACHER, teacher_attention=attention, seed=2)
+    again = data.teacher_student(**TEACHER, teacher_attention=attention, seed=2)
+    for name in ("X_train", "y_train", "X_val", "y_val", "anchors", "alpha"):
+        np.testing.assert_array_equal(getattr(ts, name), getattr(again, name))
+    assert ts.config.teacher_attention == attention and ts.config.seed == 2
+
+
+def test_teacher_seed_changes_the_labels():
+    full = data.teacher_student(**TEACHER, seed=2)
+    assert not np.array_equal(data.teacher_student(**TEACHER, seed=3).y_train, full.y_train)
+
+
+def test_teacher_shapes_token_norms_and_anchor_weights():
+    full = data.teacher_student(**TEACHER, seed=2)
     assert full.X_train.shape == (30, 6, 4) and full.y_val.shape == (10,)
     assert np.max(np.linalg.norm(full.X_train, axis=2)) <= 1.0 + 1e-15
     assert abs(np.abs(full.alpha).sum() - 1.0) < 1e-15
-    with pytest.raises(ValueError):
-        full.y_train[0] = 1.0                      # read-only
+
+
+def test_teacher_arrays_are_read_only():
+    full = data.teacher_student(**TEACHER, seed=2)
+    with pytest.raises(ValueError, match="read-only"):
+        full.y_train[0] = 1.0
 
 
 @pytest.mark.parametrize("lag", [1, 4, 16])

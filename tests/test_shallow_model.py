@@ -1,12 +1,13 @@
-"""Shallow multi-head transformer (docs/shallow.md §1–§2): gradients, backends, determinism, closed forms."""
+"""Shallow multi-head transformer (docs/shallow.md §1–§2): the loss convention, the paired initialisation,
+closed forms (one token, head states written out), and the validation of data and options."""
 import math
 
-import numba
 import numpy as np
 import pytest
 
 from ntpref.errors import InputError
 from ntpref.shallow.activation import dsigma_np, sigma_np
+from ntpref.shallow.data import scale_tokens
 from ntpref.shallow.model import (forward, head_states, iid_init, loss_and_grad, loss_from_outputs,
                                   paired_init)
 
@@ -21,8 +22,7 @@ CONFIGS = [
 
 def tokens(rng, n, T, d):
     """Tokens N(0, I) scaled into the unit ball (docs/shallow.md §5)."""
-    X = rng.standard_normal((n, T, d))
-    return X / np.maximum(1.0, np.linalg.norm(X, axis=2, keepdims=True))
+    return scale_tokens(rng.standard_normal((n, T, d)))
 
 
 def problem(rng, n=6, T=5, d=3, m=4):
@@ -51,27 +51,8 @@ def spec_head(X, j, U_i, W_i, tau_att, mask_last_key):
     return alpha, a, s, MU
 
 
-@pytest.mark.parametrize("backend", ["numpy", "numba"])
-@pytest.mark.parametrize("cfg", CONFIGS)
-def test_gradients_match_central_differences(rng, cfg, backend):
-    X, y, c, U, W = problem(rng)
-    opts = dict(cfg)
-    kappa = opts.pop("kappa")
-    f, loss, gc, gU, gW = loss_and_grad(X, y, c, U, W, kappa=kappa, backend=backend, **opts)
-    assert loss == pytest.approx(kappa / (2 * len(y)) * np.sum((f - y) ** 2), rel=1e-14)
-    params = [c, U, W]
-    h = 1e-5
-    for b, grad in enumerate((gc, gU, gW)):
-        fd = np.empty_like(grad)
-        for idx in np.ndindex(grad.shape):
-            vals = []
-            for sign in (1.0, -1.0):
-                p = [x.copy() for x in params]
-                p[b][idx] += sign * h
-                vals.append(loss_and_grad(X, y, *p, kappa=kappa, backend="numpy", **opts)[1])
-            fd[idx] = (vals[0] - vals[1]) / (2 * h)
-        assert np.max(np.abs(fd - grad)) <= 1e-7 * np.max(np.abs(grad)), ("cU W"[b], fd, grad)
-
+# Gradients against finite differences, NumPy against Numba (outputs and head states), thread determinism
+# and the validation of c, U, W are checked for every model by tests/test_common_checks.py.
 
 def test_kappa_convention(rng):
     X, y, c, U, W = problem(rng)
@@ -84,50 +65,52 @@ def test_kappa_convention(rng):
     assert loss_from_outputs(f, y, 2.0) == loss2
 
 
-@pytest.mark.parametrize("cfg", CONFIGS)
-def test_numba_matches_numpy(rng, cfg):
-    X, y, c, U, W = problem(rng, n=40, T=7, d=4, m=6)
-    opts = dict(cfg)
-    kappa = opts.pop("kappa")
-    got = loss_and_grad(X, y, c, U, W, kappa=kappa, backend="numba", **opts)
-    ref = loss_and_grad(X, y, c, U, W, kappa=kappa, backend="numpy", **opts)
-    for a, b in zip(got, ref):
-        close(a, b)
-    opts.pop("activation")
-    for a, b in zip(head_states(X, U, W, backend="numba", **opts), head_states(X, U, W, backend="numpy", **opts)):
-        close(a, b)
-    assert np.array_equal(forward(X, c, U, W, activation=cfg["activation"], **opts), got[0])
-
-
-def test_bitwise_identical_for_one_and_two_threads(rng):
-    X, y, c, U, W = problem(rng, n=101, T=6, d=3, m=5)  # n > the gradient kernel's 32 sample blocks
-    before = numba.get_num_threads()
-    runs = []
-    try:
-        for threads in (1, 2):
-            numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
-            runs.append([*loss_and_grad(X, y, c, U, W, tau_att=0.8, mask_last_key=True),
-                         forward(X, c, U, W), *head_states(X, U, W)])
-    finally:
-        numba.set_num_threads(before)
-    for a, b in zip(*runs):
-        assert np.array_equal(a, b)
-
-
 @pytest.mark.parametrize("backend", ["numpy", "numba"])
-def test_paired_init_gives_zero_output(rng, backend):
+@pytest.mark.parametrize("cfg", CONFIGS)
+def test_forward_is_the_f_of_loss_and_grad(rng, cfg, backend):
+    """forward and loss_and_grad share one evaluation of f: bitwise the same outputs."""
+    X, y, c, U, W = problem(rng)
+    opts = {k: v for k, v in cfg.items() if k != "kappa"}
+    f = loss_and_grad(X, y, c, U, W, kappa=cfg["kappa"], backend=backend, **opts)[0]
+    assert np.array_equal(forward(X, c, U, W, backend=backend, **opts), f)
+
+
+def test_paired_init_pairs_heads_with_opposite_output_weights():
     c, U, W = paired_init(8, 3, seed=3)
     assert np.array_equal(c[4:], -c[:4]) and np.array_equal(U[4:], U[:4]) and np.array_equal(W[4:], W[:4])
     assert set(np.abs(c)) == {1.0}
-    X = tokens(rng, 30, 5, 3)
-    for kw in (dict(), dict(tau_att=0.5, mask_last_key=True, activation="erf")):
-        assert np.max(np.abs(forward(X, c, U, W, backend=backend, **kw))) <= 1e-15
-    # the gradient is not zero: c's gradient sees σ(s) (docs/shallow.md §2)
-    _, loss, gc, _, _ = loss_and_grad(X, np.ones(30), c, U, W, backend=backend)
-    assert loss == pytest.approx(1.0) and np.max(np.abs(gc)) > 0
-    with pytest.raises(InputError, match="even"):
+
+
+def test_paired_init_is_seeded():
+    first, again, other = paired_init(8, 3, 3), paired_init(8, 3, 3), paired_init(8, 3, 4)
+    assert all(np.array_equal(a, b) for a, b in zip(first, again))
+    assert not np.array_equal(first[1], other[1])
+
+
+def test_paired_init_needs_even_width():
+    with pytest.raises(InputError, match=r"^paired_init: m must be even \(heads come in pairs\), got m = 5$"):
         paired_init(5, 3, seed=0)
-    assert all(np.array_equal(a, b) for a, b in zip(paired_init(8, 3, 3), (c, U, W)))  # seeded
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+@pytest.mark.parametrize("opts", [dict(), dict(tau_att=0.5, mask_last_key=True, activation="erf")])
+def test_paired_init_gives_zero_output(rng, backend, opts):
+    c, U, W = paired_init(8, 3, seed=3)
+    X = tokens(rng, 30, 5, 3)
+    assert np.max(np.abs(forward(X, c, U, W, backend=backend, **opts))) <= 1e-15
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+def test_paired_init_gradient_of_c_sees_sigma(rng, backend):
+    """f = 0 and y = 1: loss = 1 and grad_c_i = m^{-1/2} Σ_j g_j σ(s_ji) with g_j = −2/n (docs/shallow.md §2),
+    not zero although f is."""
+    c, U, W = paired_init(8, 3, seed=3)
+    X = tokens(rng, 30, 5, 3)
+    _, loss, gc, _, _ = loss_and_grad(X, np.ones(30), c, U, W, backend=backend)
+    s = head_states(X, U, W, backend=backend)[0]
+    assert loss == pytest.approx(1.0, rel=1e-14)
+    close(gc, -2.0 / 30 * sigma_np(s, "tanh").sum(axis=0) / math.sqrt(8), rtol=1e-13)
+    assert np.max(np.abs(gc)) > 0
 
 
 @pytest.mark.parametrize("backend", ["numpy", "numba"])
@@ -165,27 +148,21 @@ def test_head_states_match_direct_computation(rng, backend, tau_att, mask):
           sigma_np(s, "tanh") @ c / math.sqrt(3), rtol=1e-13)
 
 
-def test_validation_names_the_array(rng):
+@pytest.mark.parametrize("change,pattern", [
+    (lambda X, y: dict(X=X[0]), r"^array 'X': expected shape \[\*, \*, \*\], got \[5, 3\]$"),
+    (lambda X, y: dict(y=y[:2]), r"^array 'y': expected shape \[6\], got \[2\]$"),
+    (lambda X, y: dict(X=np.where(X > 0.5, np.inf, X)), "^array 'X': non-finite value inf at index"),
+    (lambda X, y: dict(kappa=3.0), r"^array 'kappa': must be 1 or 2, got 3\.0$"),
+    (lambda X, y: dict(tau_att=0.0), r"^array 'tau_att': must be > 0\.0, got 0\.0$"),
+    (lambda X, y: dict(activation="relu"), "^activation must be one of tanh, erf, got 'relu'$"),
+    (lambda X, y: dict(backend="torch"), "^backend must be one of numba, numpy, got 'torch'$"),
+    (lambda X, y: dict(X=X[:, :1], mask_last_key=True), "^mask_last_key needs T >= 2 tokens"),
+], ids=["X-rank", "y-length", "X-inf", "kappa", "tau_att", "activation", "backend", "mask-one-token"])
+def test_bad_data_or_option_is_an_input_error_naming_it(rng, change, pattern):
     X, y, c, U, W = problem(rng)
-    bad = [
-        (dict(X=X[0]), "'X'.*shape"),
-        (dict(U=U[:, :2]), r"'U'.*shape \[\*, 3\]"),
-        (dict(W=W[:3]), r"'W'.*shape \[4, 3, 3\]"),
-        (dict(c=c[:3]), r"'c'.*shape \[4\]"),
-        (dict(y=y[:2]), r"'y'.*shape \[6\]"),
-        (dict(c=np.where(np.arange(4) == 2, np.nan, c)), "'c'.*non-finite"),
-        (dict(X=np.where(X > 0.5, np.inf, X)), "'X'.*non-finite"),
-        (dict(kappa=3.0), "'kappa'.*1 or 2"),
-        (dict(tau_att=0.0), "'tau_att'.*> 0"),
-        (dict(activation="relu"), "activation.*relu"),
-        (dict(backend="torch"), "backend"),
-        (dict(X=X[:, :1], mask_last_key=True), "mask_last_key.*T >= 2"),
-    ]
-    base = dict(X=X, y=y, c=c, U=U, W=W)
-    for change, pattern in bad:
-        kw = {**base, **change}
-        with pytest.raises(InputError, match=pattern):
-            loss_and_grad(kw.pop("X"), kw.pop("y"), kw.pop("c"), kw.pop("U"), kw.pop("W"), **kw)
+    kw = dict(X=X, y=y, c=c, U=U, W=W) | change(X, y)
+    with pytest.raises(InputError, match=pattern):
+        loss_and_grad(kw.pop("X"), kw.pop("y"), kw.pop("c"), kw.pop("U"), kw.pop("W"), **kw)
 
 
 @pytest.mark.slow

@@ -9,13 +9,14 @@ import pytest
 
 from ntpref.errors import InputError
 from ntpref.shallow import model, ntk
+from ntpref.shallow.data import scale_tokens
 
 BACKENDS = ("numba", "numpy")
 
 
 def _tokens(rng, n, T, d):
-    X = rng.standard_normal((n, T, d))
-    return X / np.maximum(1.0, np.linalg.norm(X, axis=2, keepdims=True))
+    """Tokens N(0, I) scaled into the unit ball (docs/shallow.md §5)."""
+    return scale_tokens(rng.standard_normal((n, T, d)))
 
 
 def _per_sample_gradients(X, c, U, W, **opts):

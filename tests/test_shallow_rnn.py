@@ -1,12 +1,15 @@
-"""IndRNN baseline (docs/shallow.md §6): gradients vs central finite differences, NumPy vs Numba,
-thread-count invariance, the paired initialisation, the T = 1 closed form, and long/large inputs."""
+"""IndRNN baseline (docs/shallow.md §6): the loss convention, the paired initialisation, the T = 1 closed
+form, long sequences and large weights, and the validation of data and options. Gradients against finite
+differences, NumPy against Numba, thread determinism and the validation of c, u, W_in are checked for every
+model by tests/test_common_checks.py."""
 import math
 
-import numba
 import numpy as np
 import pytest
 
+from common_checks import check_backends_agree, indrnn_case
 from ntpref.errors import InputError
+from ntpref.shallow.data import scale_tokens
 from ntpref.shallow.rnn import BLOCK, rnn_forward, rnn_loss_and_grad, rnn_paired_init
 
 ACTS = ("tanh", "erf")
@@ -23,39 +26,12 @@ def _dsigma(x, act):
 
 def _problem(rng, n, T, d, m):
     """Random tokens with ‖x_t‖ ≤ 1 (docs/shallow.md §1) and generic (non-paired) parameters, |u_i| up to 1.2."""
-    X = rng.standard_normal((n, T, d))
-    X /= np.maximum(1.0, np.linalg.norm(X, axis=2, keepdims=True))
+    X = scale_tokens(rng.standard_normal((n, T, d)))
     y = rng.standard_normal(n)
     c = rng.standard_normal(m)
     u = rng.uniform(-1.2, 1.2, m)
     W_in = rng.standard_normal((m, d))
     return X, y, c, u, W_in
-
-
-@pytest.mark.parametrize("backend", ["numba", "numpy"])
-@pytest.mark.parametrize("T", [1, 7])
-@pytest.mark.parametrize("kappa", [1.0, 2.0])
-@pytest.mark.parametrize("act", ACTS)
-def test_gradients_match_central_differences(rng, act, kappa, T, backend):
-    X, y, c, u, W_in = _problem(rng, n=5, T=T, d=3, m=4)
-    kw = dict(kappa=kappa, activation=act, backend=backend)
-    _, _, grad_c, grad_u, grad_W_in = rnn_loss_and_grad(X, y, c, u, W_in, **kw)
-    params = {"c": c, "u": u, "W_in": W_in}
-    grads = {"c": grad_c, "u": grad_u, "W_in": grad_W_in}
-    h = 1e-6
-    for name, p in params.items():
-        fd = np.zeros_like(p)
-        for idx in np.ndindex(p.shape):
-            losses = []
-            for step in (h, -h):
-                q = {k: v.copy() for k, v in params.items()}
-                q[name][idx] += step
-                losses.append(rnn_loss_and_grad(X, y, q["c"], q["u"], q["W_in"], **kw)[1])
-            fd[idx] = (losses[0] - losses[1]) / (2 * h)
-        err = np.linalg.norm(fd - grads[name])
-        assert err <= 1e-7 * np.linalg.norm(grads[name]), (name, err, np.linalg.norm(grads[name]))
-    if T == 1:
-        assert np.all(grad_u == 0.0)      # h_0 = 0: u does not act when T = 1
 
 
 @pytest.mark.parametrize("kappa", [1.0, 2.0])
@@ -67,39 +43,16 @@ def test_loss_convention(rng, kappa):
         assert loss == pytest.approx(kappa / 2 * np.mean((f - y) ** 2), rel=1e-14)
 
 
+@pytest.mark.parametrize("backend", ["numba", "numpy"])
 @pytest.mark.parametrize("act", ACTS)
-def test_numpy_and_numba_agree(rng, act):
-    X, y, c, u, W_in = _problem(rng, n=7 * BLOCK + 3, T=9, d=5, m=7)   # odd m: the unpaired last unit
-    a = rnn_loss_and_grad(X, y, c, u, W_in, kappa=2.0, activation=act, backend="numpy")
-    b = rnn_loss_and_grad(X, y, c, u, W_in, kappa=2.0, activation=act, backend="numba")
-    for name, p, q in zip(("f", "loss", "grad_c", "grad_u", "grad_W_in"), a, b):
-        np.testing.assert_allclose(q, p, rtol=1e-12, atol=0, err_msg=name)
-    for backend in ("numpy", "numba"):
-        np.testing.assert_allclose(rnn_forward(X, c, u, W_in, activation=act, backend=backend), a[0],
-                                   rtol=1e-12, atol=0)
+def test_forward_is_the_f_of_loss_and_grad(rng, act, backend):
+    """rnn_forward and rnn_loss_and_grad share one recurrence: bitwise the same f."""
+    X, y, c, u, W_in = _problem(rng, n=2 * BLOCK + 3, T=9, d=5, m=7)
+    f = rnn_loss_and_grad(X, y, c, u, W_in, activation=act, backend=backend)[0]
+    assert np.array_equal(rnn_forward(X, c, u, W_in, activation=act, backend=backend), f)
 
 
-def test_numba_bitwise_identical_for_one_and_two_threads(rng):
-    X, y, c, u, W_in = _problem(rng, n=9 * BLOCK + 5, T=11, d=4, m=8)
-    before = numba.get_num_threads()
-    runs = []
-    try:
-        for threads in (1, 2, 1):
-            numba.set_num_threads(threads)
-            for act in ACTS:
-                runs.append((threads, act, rnn_loss_and_grad(X, y, c, u, W_in, activation=act),
-                             rnn_forward(X, c, u, W_in, activation=act)))
-    finally:
-        numba.set_num_threads(before)
-    by_act = {}
-    for threads, act, out, f in runs:
-        ref = by_act.setdefault(act, (out, f))
-        assert all(np.array_equal(p, q) for p, q in zip(ref[0], out)), (act, threads)
-        assert np.array_equal(ref[1], f) and np.array_equal(f, out[0]), (act, threads)
-
-
-@pytest.mark.parametrize("act", ACTS)
-def test_paired_init_gives_zero_output(rng, act):
+def test_paired_init_pairs_units_with_opposite_readout():
     m, d = 64, 17
     c, u, W_in = rnn_paired_init(m, d, seed=3)
     half = m // 2
@@ -107,17 +60,29 @@ def test_paired_init_gives_zero_output(rng, act):
     assert np.array_equal(W_in[half:], W_in[:half]) and np.array_equal(u[half:], u[:half])
     assert np.array_equal(c[half:], -c[:half]) and set(np.abs(c)) == {1.0} and set(np.abs(u)) == {1.5}
     assert len(set(c[:half])) == 2 and len(set(u[:half])) == 2        # both signs occur at m = 64
-    assert np.array_equal(rnn_paired_init(m, d, seed=3)[2], W_in)
-    assert not np.array_equal(rnn_paired_init(m, d, seed=4)[2], W_in)
-    X = rng.standard_normal((40, 20, d))
-    for backend in ("numba", "numpy"):
-        assert np.abs(rnn_forward(X, c, u, W_in, activation=act, backend=backend)).max() <= 1e-15
+
+
+def test_paired_init_is_seeded():
+    W_in = rnn_paired_init(64, 17, seed=3)[2]
+    assert np.array_equal(rnn_paired_init(64, 17, seed=3)[2], W_in)
+    assert not np.array_equal(rnn_paired_init(64, 17, seed=4)[2], W_in)
+
+
+@pytest.mark.parametrize("backend", ["numba", "numpy"])
+@pytest.mark.parametrize("act", ACTS)
+def test_paired_init_gives_zero_output(rng, act, backend):
+    c, u, W_in = rnn_paired_init(64, 17, seed=3)
+    X = rng.standard_normal((40, 20, 17))
+    assert np.abs(rnn_forward(X, c, u, W_in, activation=act, backend=backend)).max() <= 1e-15
 
 
 def test_paired_init_needs_even_width():
-    with pytest.raises(InputError, match="even"):
+    with pytest.raises(InputError, match="^array 'm': paired initialisation needs an even width, got 5$"):
         rnn_paired_init(5, 3, 0)
-    with pytest.raises(InputError, match="'d'"):
+
+
+def test_paired_init_needs_a_token_dimension():
+    with pytest.raises(InputError, match="^array 'd': must be >= 1, got 0$"):
         rnn_paired_init(4, 0, 0)
 
 
@@ -137,43 +102,63 @@ def test_single_step_closed_form(rng, act, backend):
     assert np.all(grad_u == 0.0)
 
 
-@pytest.mark.parametrize("act", ACTS)
-def test_long_sequence_and_large_weights_are_finite(rng, act):
+def _long_sequence_input(regime: str, act: str) -> dict:
+    """T = 1024 steps of unscaled Gaussian tokens; "large": |u| = 20 and W_in ~ 50 N(0, 1) (saturated units),
+    "marginal": |u| = 1 and W_in ~ 0.1 N(0, 1) (no decay over time)."""
+    rng = np.random.default_rng(5)
     n, T, d, m = 6, 1024, 3, 8
-    X = rng.standard_normal((n, T, d))
-    y = rng.standard_normal(n)
-    c = rng.choice([-1.0, 1.0], m)
-    cases = {"large": (50.0 * rng.standard_normal((m, d)), 20.0 * rng.choice([-1.0, 1.0], m)),
-             "marginal": (0.1 * rng.standard_normal((m, d)), np.ones(m))}   # |u| = 1: no decay over time
-    for W_in, u in cases.values():
-        outs = [rnn_loss_and_grad(X, y, c, u, W_in, activation=act, backend=b) for b in ("numba", "numpy")]
-        for out in outs:
-            assert all(np.all(np.isfinite(a)) for a in out)
-            assert np.abs(out[0]).max() <= np.abs(c).sum() / np.sqrt(m)     # |h| ≤ 1
-        np.testing.assert_allclose(outs[0][0], outs[1][0], rtol=1e-9, atol=1e-12)
+    inputs = {"model": np.array("indrnn"), "X": rng.standard_normal((n, T, d)), "y": rng.standard_normal(n),
+              "c": rng.choice([-1.0, 1.0], m), "activation": np.array(act)}
+    if regime == "large":
+        inputs.update(W_in=50.0 * rng.standard_normal((m, d)), u=20.0 * rng.choice([-1.0, 1.0], m))
+    else:
+        inputs.update(W_in=0.1 * rng.standard_normal((m, d)), u=np.ones(m))
+    return inputs
 
 
-def test_validation_names_the_array(rng):
+@pytest.mark.parametrize("regime", ["large", "marginal"])
+@pytest.mark.parametrize("act", ACTS)
+def test_long_sequence_backends_agree(act, regime):
+    check_backends_agree(indrnn_case("indrnn", activation=act), _long_sequence_input(regime, act))
+
+
+@pytest.mark.parametrize("backend", ["numba", "numpy"])
+@pytest.mark.parametrize("regime", ["large", "marginal"])
+@pytest.mark.parametrize("act", ACTS)
+def test_long_sequence_output_is_bounded_by_the_readout(act, regime, backend):
+    """|h_{T,i}| <= 1, so |f| <= m^{-1/2} Σ_i |c_i|."""
+    p = _long_sequence_input(regime, act)
+    f = rnn_forward(p["X"], p["c"], p["u"], p["W_in"], activation=act, backend=backend)
+    assert np.abs(f).max() <= np.abs(p["c"]).sum() / np.sqrt(p["c"].size)
+
+
+@pytest.mark.parametrize("change,pattern", [
+    (lambda X, y: dict(X=X[:, :, 0]), r"^array 'X': expected shape \[\*, \*, \*\], got \[4, 3\]$"),
+    (lambda X, y: dict(X=np.where(X > 0.5, np.inf, X)), "^array 'X': non-finite value inf at index"),
+    (lambda X, y: dict(y=y[:3]), r"^array 'y': expected shape \[4\], got \[3\]$"),
+    (lambda X, y: dict(kappa=3.0), r"^array 'kappa': must be 1 or 2, got 3\.0$"),
+    (lambda X, y: dict(activation="relu"), "^activation must be one of tanh, erf, got 'relu'$"),
+    (lambda X, y: dict(backend="torch"), "^backend must be one of numba, numpy, got 'torch'$"),
+], ids=["X-rank", "X-inf", "y-length", "kappa", "activation", "backend"])
+def test_bad_data_or_option_is_an_input_error_naming_it(rng, change, pattern):
     X, y, c, u, W_in = _problem(rng, n=4, T=3, d=2, m=4)
-    bad = [
-        (dict(X=X[:, :, 0]), "'X'"),
-        (dict(X=np.where(X > 0.5, np.inf, X)), "'X'.*non-finite"),
-        (dict(y=y[:3]), "'y'"),
-        (dict(c=np.array([1.0, np.nan, 0.0, 0.0])), "'c'.*non-finite"),
-        (dict(u=u[:3]), "'u'"),
-        (dict(W_in=W_in.T), "'W_in'"),
-        (dict(W_in=np.zeros((4, 2), dtype=complex)), "'W_in'"),
-        (dict(kappa=3.0), "'kappa'"),
-        (dict(activation="relu"), "activation"),
-        (dict(backend="torch"), "backend"),
-    ]
-    for change, match in bad:
-        args = dict(X=X, y=y, c=c, u=u, W_in=W_in) | change
-        with pytest.raises(InputError, match=match):
-            rnn_loss_and_grad(**args)
-    with pytest.raises(InputError, match="'u'"):
+    with pytest.raises(InputError, match=pattern):
+        rnn_loss_and_grad(**(dict(X=X, y=y, c=c, u=u, W_in=W_in) | change(X, y)))
+
+
+def test_forward_checks_parameters_against_c(rng):
+    X, _, c, u, W_in = _problem(rng, n=4, T=3, d=2, m=4)
+    with pytest.raises(InputError, match=r"^array 'u': expected shape \[4\], got \[3\]$"):
         rnn_forward(X, c, u[:3], W_in)
-    with pytest.raises(InputError, match="'X'"):
+
+
+def test_forward_refuses_an_empty_batch(rng):
+    _, _, c, u, W_in = _problem(rng, n=4, T=3, d=2, m=4)
+    with pytest.raises(InputError, match=r"^array 'X': expected shape \[n, T, d\] with n, T, d >= 1, got \[0, 3, 2\]$"):
         rnn_forward(np.zeros((0, 3, 2)), c, u, W_in)
+
+
+def test_activation_may_be_a_0d_array(rng):
+    X, _, c, u, W_in = _problem(rng, n=4, T=3, d=2, m=4)
     np.testing.assert_array_equal(rnn_forward(X, c, u, W_in, activation=np.array("erf")),
                                   rnn_forward(X, c, u, W_in, activation="erf"))

@@ -1,10 +1,11 @@
-"""ProjGD / ProjSGD and the per-head projection (spec/shallow.md §3), for the transformer and the IndRNN."""
+"""ProjGD / ProjSGD and the per-head projection (docs/shallow.md §3), for the transformer and the IndRNN."""
 import math
 
 import numpy as np
 import pytest
 
 from ntpref.errors import InputError
+from ntpref.shallow.data import scale_tokens
 from ntpref.shallow.model import (batch, batch_forward, batch_loss_and_grad, forward, iid_init, loss_and_grad,
                                   loss_from_outputs, paired_init)
 from ntpref.shallow.projection import head_radii, project, project_block
@@ -14,8 +15,7 @@ from ntpref.shallow.train import proj_gd
 
 
 def data(rng, n=12, T=4, d=3):
-    X = rng.standard_normal((n, T, d))
-    X /= np.maximum(1.0, np.linalg.norm(X, axis=2, keepdims=True))
+    X = scale_tokens(rng.standard_normal((n, T, d)))
     return X, np.sin(3 * X[:, 0, 0]) + 0.1 * rng.standard_normal(n)
 
 
@@ -161,7 +161,7 @@ def test_trainer_rejects_bad_options(rng):
 
 @pytest.mark.parametrize("model", ["shallow", "indrnn"])
 def test_trajectories_agree_across_backends(rng, model):
-    """spec/interchange.md: per-step losses of the two backends agree to rtol 1e-9 over 50 steps."""
+    """docs/contract.md: per-step losses of the two backends agree to rtol 1e-9 over 50 steps."""
     X, y = data(rng, n=40, T=6, d=3)
     theta = paired_init(8, 3, seed=4) if model == "shallow" else rnn_paired_init(8, 3, seed=4)
     kw = dict(eta=0.2, steps=50, rho=(3.0, 3.0, 3.0))

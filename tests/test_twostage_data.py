@@ -1,4 +1,6 @@
 """Partial orders, realizability and generators of the two-stage paper (docs/twostage.md §1, §7, §8)."""
+import re
+
 import numpy as np
 import pytest
 
@@ -119,14 +121,17 @@ def test_random_realizable_embeddings():
     np.testing.assert_allclose(orth.dataset.E.T @ orth.dataset.E, np.eye(6), atol=1e-14)
     assert gauss.dataset.E.shape == (6, 6) and not np.allclose(gauss.dataset.E.T @ gauss.dataset.E, np.eye(6))
     np.testing.assert_array_equal(one.dataset.E, np.eye(6))
-    with pytest.raises(InputError, match="onehot"):
-        random_realizable(K=6, embedding="onehot", d=7)
-    with pytest.raises(InputError, match="d >= K"):
-        random_realizable(K=6, embedding="orthonormal", d=5)
-    with pytest.raises(InputError, match="embedding must be one of"):
-        random_realizable(K=6, embedding="sparse")
-    with pytest.raises(InputError, match="max_len"):
-        random_realizable(K=6, min_len=4, max_len=3)
+
+
+@pytest.mark.parametrize("kw,message", [
+    (dict(embedding="onehot", d=7), "embedding 'onehot' needs d = K = 6, got d = 7"),
+    (dict(embedding="orthonormal", d=5), "embedding 'orthonormal' needs d >= K = 6, got d = 5"),
+    (dict(embedding="sparse"), "embedding must be one of onehot, orthonormal, gaussian, got 'sparse'"),
+    (dict(min_len=4, max_len=3), "array 'max_len': must be >= 4, got 3"),
+], ids=["onehot-d", "orthonormal-d", "unknown-embedding", "lengths"])
+def test_random_realizable_refuses_bad_arguments(kw, message):
+    with pytest.raises(InputError, match="^" + re.escape(message) + "$"):
+        random_realizable(K=6, **kw)
 
 
 def test_unseen_split_five_token_all_length_three():
@@ -160,7 +165,6 @@ def test_unseen_split_with_hidden_orders():
     task = random_realizable(K=8, N=60, seed=2)
     ds = task.dataset
     split = unseen_sentences(ds, n=150, seed=3, orders=task.orders)
-    assert split.determined is not None and split.noncomparable is not None
     assert split.determined.N + split.noncomparable.N == 150
     queries = set(ds.queries.tolist())
     for part in (split.determined, split.noncomparable):

@@ -3,7 +3,9 @@ import numba
 import numpy as np
 import pytest
 
+from common_checks import Size, check_backends_agree, twostage_case
 from ntpref.errors import InputError
+from ntpref.oracle.gradcheck import gradcheck
 from ntpref.twostage import kernels, model
 from ntpref.twostage.data import Dataset
 
@@ -33,65 +35,67 @@ def weights_for(ds, rng, scale=0.7):
     return scale * rng.normal(size=(ds.d, ds.d)), scale * rng.normal(size=(ds.d, ds.d))
 
 
-def central_fd(f, W, h=1e-6):
-    G = np.zeros_like(W)
-    for idx in np.ndindex(W.shape):
-        Wp, Wm = W.copy(), W.copy()
-        Wp[idx] += h
-        Wm[idx] -= h
-        G[idx] = (f(Wp) - f(Wm)) / (2 * h)
-    return G
-
-
-def rel_err(a, b):
-    return np.linalg.norm(a - b) / np.linalg.norm(b)
-
-
 def assert_close(actual, expected, rtol=1e-12):
     """rtol relative to each entry, plus rtol times the array's largest entry (cancellation-prone zeros)."""
     expected = np.asarray(expected, dtype=float)
     np.testing.assert_allclose(actual, expected, rtol=rtol, atol=rtol * max(np.abs(expected).max(), 1e-300))
 
 
-@pytest.mark.parametrize("embedding", ["onehot", "gaussian"])
-@pytest.mark.parametrize("backend", ["numba", "numpy"])
-def test_gradients_match_central_differences(rng, embedding, backend):
-    ds = random_dataset(rng, embedding)
-    W_ov, W_kq = weights_for(ds, rng)
-    loss, g_ov, g_kq = model.loss_and_grad(ds, W_ov, W_kq, backend=backend)
-    assert loss == pytest.approx(model.forward(ds, W_ov, W_kq, backend=backend).loss, rel=1e-15)
-    fd_ov = central_fd(lambda W: model.forward(ds, W, W_kq, backend=backend).loss, W_ov)
-    fd_kq = central_fd(lambda W: model.forward(ds, W_ov, W, backend=backend).loss, W_kq)
-    assert rel_err(g_ov, fd_ov) <= 1e-7
-    assert rel_err(g_kq, fd_kq) <= 1e-7
-
+# Eq. 1 and its gradients (finite differences, NumPy against Numba, threads, parameter validation) are
+# checked for every model by tests/test_common_checks.py; this file checks what is specific to the
+# two-stage model: L0, the normalized directions, the ideal feed-forward loss and closed forms.
 
 @pytest.mark.parametrize("embedding", ["onehot", "gaussian"])
 @pytest.mark.parametrize("backend", ["numba", "numpy"])
-def test_collocation_gradient_matches_central_differences(rng, embedding, backend):
+@pytest.mark.parametrize("restriction", ["all", "subset", "weighted"])
+def test_collocation_gradient_matches_finite_differences(rng, embedding, backend, restriction):
+    """∇L0 against central differences for C = every token with a successor, a subset of C, and token weights."""
     ds = random_dataset(rng, embedding)
     W_ov = weights_for(ds, rng)[0]
-    weights = rng.uniform(0.0, 3.0, size=ds.K)
-    for C, w in ((None, None), (np.flatnonzero(ds.succ >= 0)[:4], None), (None, weights)):
+    C = np.flatnonzero(ds.succ >= 0)[:4] if restriction == "subset" else None
+    w = rng.uniform(0.0, 3.0, size=ds.K) if restriction == "weighted" else None
+
+    def fun(W_ov):
         loss, grad = model.collocation_loss_and_grad(ds.E, ds.succ, W_ov, C=C, weights=w, backend=backend)
-        fd = central_fd(lambda W: model.collocation_loss_and_grad(ds.E, ds.succ, W, C=C, weights=w,
-                                                                  backend=backend)[0], W_ov)
-        assert rel_err(grad, fd) <= 1e-7
+        return loss, {"W_ov": grad}
+
+    report = gradcheck(fun, {"W_ov": W_ov})
+    assert report.counts == {"W_ov": (ds.d * ds.d, ds.d * ds.d)}
+    assert report.ok, report.table()
+
+
+def _one_token_sentences(ds):
+    """D0 = {([x], n(x)) : x ∈ C} as a Dataset, and C."""
+    C = np.flatnonzero(ds.succ >= 0)
+    return Dataset.from_sentences([[x] for x in C], ds.succ[C], E=ds.E), C
 
 
 def test_collocation_loss_is_eq1_on_one_token_sentences(rng):
-    """L0 = Eq. 1 restricted to D0 = {([x], n(x))}; the weighted version is the normalised weighted mean."""
+    """L0 = Eq. 1 restricted to D0 = {([x], n(x))}."""
     ds = random_dataset(rng, "gaussian")
     W_ov = weights_for(ds, rng)[0]
-    C = np.flatnonzero(ds.succ >= 0)
-    d0 = Dataset.from_sentences([[x] for x in C], ds.succ[C], E=ds.E)
+    d0, _ = _one_token_sentences(ds)
     f = model.forward(d0, W_ov, np.zeros((ds.d, ds.d)))
     assert model.collocation_loss_and_grad(ds.E, ds.succ, W_ov)[0] == pytest.approx(f.loss, rel=1e-14)
+
+
+def test_weighted_collocation_loss_is_the_normalised_weighted_mean(rng):
+    ds = random_dataset(rng, "gaussian")
+    W_ov = weights_for(ds, rng)[0]
+    d0, C = _one_token_sentences(ds)
+    losses = model.forward(d0, W_ov, np.zeros((ds.d, ds.d))).losses
     w = rng.uniform(0.5, 2.0, size=ds.K)
-    expected = (w[C] * f.losses).sum() / w[C].sum()
+    expected = (w[C] * losses).sum() / w[C].sum()
     assert model.collocation_loss_and_grad(ds.E, ds.succ, W_ov, weights=w)[0] == pytest.approx(expected, rel=1e-14)
-    # one-token sentences: attention is 1, so W_kq has no gradient
-    assert np.array_equal(model.loss_and_grad(d0, W_ov, weights_for(ds, rng)[1])[2], np.zeros((ds.d, ds.d)))
+
+
+def test_one_token_sentences_give_no_w_kq_gradient(rng):
+    """A one-token sentence attends to its only token with weight 1 whatever W_kq: ∇_{W_kq} = 0 exactly."""
+    ds = random_dataset(rng, "gaussian")
+    d0, _ = _one_token_sentences(ds)
+    W_ov, W_kq = weights_for(ds, rng)
+    for backend in ("numba", "numpy"):
+        assert np.array_equal(model.loss_and_grad(d0, W_ov, W_kq, backend=backend)[2], np.zeros((ds.d, ds.d)))
 
 
 def test_forward_values_by_hand(rng):
@@ -111,73 +115,96 @@ def test_forward_values_by_hand(rng):
         assert_close(f.logits[0], z, 1e-13)
 
 
+def _specific_outputs(ds, W_ov, W_kq, weights, backend):
+    """The outputs of the two-stage model beyond Eq. 1: L0 and ∇L0, the ideal feed-forward loss, and the
+    unit directions of both stages by both methods."""
+    out = {}
+    out["L0"], out["g0"] = model.collocation_loss_and_grad(ds.E, ds.succ, W_ov, weights=weights, backend=backend)
+    out["ideal"] = model.ideal_ff_loss(ds, W_kq, 3.0, backend=backend)
+    for m in model.METHODS:
+        kq = model.kq_direction(ds, W_ov, W_kq, method=m, backend=backend)
+        ov = model.ov_direction(ds.E, ds.succ, W_ov, weights=weights, method=m, backend=backend)
+        out[f"kq_{m}"], out[f"kq_{m}_log"] = kq.unit, kq.log_norm
+        out[f"ov_{m}"], out[f"ov_{m}_log"] = ov.unit, ov.log_norm
+    return out
+
+
 @pytest.mark.parametrize("embedding", ["onehot", "gaussian"])
-def test_backends_agree(rng, embedding):
+def test_backends_agree_on_collocation_ideal_and_directions(rng, embedding):
     ds = random_dataset(rng, embedding, N=20)
     W_ov, W_kq = weights_for(ds, rng, scale=1.5)
     weights = rng.uniform(0.0, 2.0, size=ds.K)
-    res = {}
-    for b in ("numba", "numpy"):
-        f = model.forward(ds, W_ov, W_kq, backend=b)
-        out = dict(loss=f.loss, losses=f.losses, logits=f.logits, attn=f.attn)
-        out["L"], out["g_ov"], out["g_kq"] = model.loss_and_grad(ds, W_ov, W_kq, backend=b)
-        out["L0"], out["g0"] = model.collocation_loss_and_grad(ds.E, ds.succ, W_ov, weights=weights, backend=b)
-        out["ideal"] = model.ideal_ff_loss(ds, W_kq, 3.0, backend=b)
-        for m in model.METHODS:
-            kq = model.kq_direction(ds, W_ov, W_kq, method=m, backend=b)
-            ov = model.ov_direction(ds.E, ds.succ, W_ov, weights=weights, method=m, backend=b)
-            out[f"kq_{m}"], out[f"kq_{m}_log"] = kq.unit, kq.log_norm
-            out[f"ov_{m}"], out[f"ov_{m}_log"] = ov.unit, ov.log_norm
-        res[b] = out
-    for name, expected in res["numpy"].items():
-        assert_close(res["numba"][name], expected, 1e-12)
-    assert np.all(res["numba"]["attn"][ds.tokens < 0] == 0)
+    numpy = _specific_outputs(ds, W_ov, W_kq, weights, "numpy")
+    numba_ = _specific_outputs(ds, W_ov, W_kq, weights, "numba")
+    assert list(numba_) == list(numpy)
+    for name, expected in numpy.items():
+        assert_close(numba_[name], expected, 1e-12)
 
 
-def test_parallel_driver_bitwise_for_any_thread_count(rng, monkeypatch):
-    ds = random_dataset(rng, "gaussian", N=2 * kernels.BLOCK + 13)       # two whole blocks and a partial one
+@pytest.mark.parametrize("backend", ["numba", "numpy"])
+def test_attention_is_zero_on_padding(rng, backend):
+    ds = random_dataset(rng, "gaussian")
+    attn = model.forward(ds, *weights_for(ds, rng), backend=backend).attn
+    assert np.array_equal(attn[ds.tokens < 0], np.zeros(int((ds.tokens < 0).sum())))
+    np.testing.assert_allclose(attn.sum(axis=1), np.ones(ds.N), rtol=1e-15, atol=0)
+
+
+@pytest.mark.skipif(numba.config.NUMBA_NUM_THREADS < 2, reason="Numba was started with a single thread")
+def test_parallel_directions_bitwise_for_one_and_two_threads_and_serial(rng, monkeypatch):
+    """L0 and the stable directions on the parallel driver (two whole blocks and a partial one) are bitwise
+    those of the serial pass, with 1 and with 2 threads."""
+    ds = random_dataset(rng, "gaussian", N=2 * kernels.BLOCK + 13)
     W_ov, W_kq = weights_for(ds, rng)
-
-    def everything():
-        f = model.forward(ds, W_ov, W_kq)
-        L, g_ov, g_kq = model.loss_and_grad(ds, W_ov, W_kq)
-        kq = model.kq_direction(ds, W_ov, W_kq)
-        ov = model.ov_direction(ds.E, ds.succ, W_ov)
-        return [f.loss, f.losses, f.logits, f.attn, L, g_ov, g_kq, kq.unit, kq.log_norm, ov.unit, ov.log_norm]
-
-    serial = everything()
+    serial = _specific_outputs(ds, W_ov, W_kq, None, "numba")
     monkeypatch.setattr(model, "PARALLEL_MIN_WORK", 0)
     old = numba.get_num_threads()
     try:
         runs = []
-        for n in (1, 2) if numba.config.NUMBA_NUM_THREADS >= 2 else (1,):
+        for n in (1, 2):
             numba.set_num_threads(n)
-            runs.append(everything())
+            runs.append(_specific_outputs(ds, W_ov, W_kq, None, "numba"))
     finally:
         numba.set_num_threads(old)
     for run in runs:
-        for a, b in zip(run, serial):
-            assert np.array_equal(a, b)
+        for name, value in serial.items():
+            assert np.array_equal(run[name], value), name
+
+
+@pytest.mark.parametrize("scale", [1e4, 1e6, 1e8])
+def test_saturated_weights_backends_agree(scale):
+    """‖W‖ up to 1e8: attention and softmax saturate; the loss, logits, attention and gradients of the two
+    backends still agree within the float64 policy (so both are finite)."""
+    case = twostage_case("twostage-gaussian", "gaussian")
+    inputs = case.draw(np.random.default_rng(3), Size(n=12, T=6, d=7, scale=scale))
+    check_backends_agree(case, inputs)
 
 
 @pytest.mark.parametrize("scale", [1e4, 1e6, 1e8])
 @pytest.mark.parametrize("backend", ["numba", "numpy"])
-def test_saturated_weights_stay_finite(rng, scale, backend):
+def test_saturated_weights_give_unit_directions(rng, scale, backend):
     ds = random_dataset(rng, "gaussian")
     W_ov, W_kq = weights_for(ds, rng, scale=scale)
-    f = model.forward(ds, W_ov, W_kq, backend=backend)
-    loss, g_ov, g_kq = model.loss_and_grad(ds, W_ov, W_kq, backend=backend)
-    L0, g0 = model.collocation_loss_and_grad(ds.E, ds.succ, W_ov, backend=backend)
-    for x in (f.loss, f.losses, f.logits, f.attn, loss, g_ov, g_kq, L0, g0,
-              model.ideal_ff_loss(ds, W_kq, scale, backend=backend)):
-        assert np.all(np.isfinite(x))
-    assert np.all(f.losses >= 0)
     for m in model.METHODS:
         for direction in (model.kq_direction(ds, W_ov, W_kq, method=m, backend=backend),
                           model.ov_direction(ds.E, ds.succ, W_ov, method=m, backend=backend)):
             if direction.unit is not None:
                 assert np.isfinite(direction.log_norm)
                 assert np.linalg.norm(direction.unit) == pytest.approx(1.0, abs=1e-14)
+
+
+@pytest.mark.parametrize("scale", [1e4, 1e8])
+@pytest.mark.parametrize("backend", ["numba", "numpy"])
+def test_saturated_collocation_and_ideal_losses_match_the_other_backend(rng, scale, backend):
+    ds = random_dataset(rng, "gaussian")
+    W_ov, W_kq = weights_for(ds, rng, scale=scale)
+    other = "numpy" if backend == "numba" else "numba"
+    L0, g0 = model.collocation_loss_and_grad(ds.E, ds.succ, W_ov, backend=backend)
+    L0_other, g0_other = model.collocation_loss_and_grad(ds.E, ds.succ, W_ov, backend=other)
+    assert L0 >= 0 and L0 == pytest.approx(L0_other, rel=1e-9, abs=1e-9 * scale)
+    assert_close(g0, g0_other, 1e-9)
+    ideal = model.ideal_ff_loss(ds, W_kq, scale, backend=backend)
+    assert ideal >= 0 and ideal == pytest.approx(model.ideal_ff_loss(ds, W_kq, scale, backend=other), rel=1e-9,
+                                                 abs=1e-9 * scale)
 
 
 def _w_ov_star(succ, K):
@@ -228,31 +255,32 @@ def test_vocabulary_of_one_token():
         assert model.kq_direction(ds, [[2.0]], [[3.0]], backend=b) == (None, -np.inf)
 
 
-def test_validation_names_the_input(rng):
+@pytest.mark.parametrize("call,pattern", [
+    (lambda ds, W: model.forward(ds, W, W, backend="torch"), "^backend must be one of numba, numpy, got 'torch'$"),
+    (lambda ds, W: model.kq_direction(ds, W, W, method="exact"),
+     "^method must be one of stable, naive, got 'exact'$"),
+    (lambda ds, W: model.collocation_loss_and_grad(ds.E, ds.succ, W, C=[int(np.flatnonzero(ds.succ < 0)[0])]),
+     r"^array 'C': token \d+ has no successor \(succ\[\d+\] = -1\)$"),
+    (lambda ds, W: model.ov_direction(ds.E, ds.succ, W, weights=-np.ones(ds.K)),
+     "^array 'weights': negative value at index 0$"),
+    (lambda ds, W: model.ov_direction(ds.E, ds.succ, W, weights=np.zeros(ds.K)),
+     "^array 'weights': the weights of the collocation set C sum to 0$"),
+    (lambda ds, W: model.ideal_ff_loss(Dataset(ds.tokens, ds.lengths, ds.targets, ds.E), W, 1.0),
+     "^ideal_ff_loss: the dataset has no collocation map 'succ'$"),
+    (lambda ds, W: model.ideal_ff_loss(ds, W, -1.0), r"^array 'lam': must be >= 0\.0, got -1\.0$"),
+    (lambda ds, W: model.forward({"tokens": ds.tokens}, W, W),
+     r"^ds: expected a ntpref\.twostage\.data\.Dataset, got dict$"),
+], ids=["backend", "method", "C-without-successor", "negative-weights", "zero-weights", "no-succ", "negative-lam",
+        "not-a-dataset"])
+def test_bad_argument_is_an_input_error_naming_it(rng, call, pattern):
     ds = random_dataset(rng, "onehot")
-    good = np.zeros((ds.d, ds.d))
-    with pytest.raises(InputError, match="W_ov"):
-        model.forward(ds, np.zeros((ds.d, ds.d + 1)), good)
-    bad = good.copy()
-    bad[1, 2] = np.nan
-    with pytest.raises(InputError, match="W_kq"):
-        model.loss_and_grad(ds, good, bad)
-    with pytest.raises(InputError, match="backend"):
-        model.forward(ds, good, good, backend="torch")
-    with pytest.raises(InputError, match="method"):
-        model.kq_direction(ds, good, good, method="exact")
-    x = int(np.flatnonzero(ds.succ < 0)[0])
-    with pytest.raises(InputError, match="'C'"):
-        model.collocation_loss_and_grad(ds.E, ds.succ, good, C=[x])
-    with pytest.raises(InputError, match="'weights'"):
-        model.ov_direction(ds.E, ds.succ, good, weights=-np.ones(ds.K))
-    with pytest.raises(InputError, match="'weights'"):
-        model.ov_direction(ds.E, ds.succ, good, weights=np.zeros(ds.K))
-    with pytest.raises(InputError, match="succ"):
-        model.ideal_ff_loss(Dataset(ds.tokens, ds.lengths, ds.targets, ds.E), good, 1.0)
-    with pytest.raises(InputError, match="lam"):
-        model.ideal_ff_loss(ds, good, -1.0)
-    with pytest.raises(InputError, match="ds"):
-        model.forward({"tokens": ds.tokens}, good, good)
-    # array-likes are accepted
-    assert model.forward(ds, good.tolist(), good.tolist()).loss == pytest.approx(np.log(ds.K), rel=1e-15)
+    with pytest.raises(InputError, match=pattern):
+        call(ds, np.zeros((ds.d, ds.d)))
+
+
+def test_array_likes_are_accepted(rng):
+    """Nested lists for W_ov and W_kq: at W = 0 every logit is 0 and the loss is log K."""
+    ds = random_dataset(rng, "onehot")
+    zero = np.zeros((ds.d, ds.d)).tolist()
+    assert model.forward(ds, zero, zero).loss == pytest.approx(np.log(ds.K), rel=1e-15)
+
