@@ -111,17 +111,45 @@ def install_if_command() -> None:
         _install()
 
 
+def _deliver_later(signum: int) -> None:
+    """Raise :class:`Interrupted` for ``signum`` a millisecond from now (SIGALRM), in whatever line of Python
+    runs then."""
+    def alarm(_signum, _frame):
+        raise Interrupted(signum)
+
+    signal.signal(signal.SIGALRM, alarm)
+    signal.setitimer(signal.ITIMER_REAL, 1e-3)
+
+
+def _unraisable(hook):
+    """A ``sys.unraisablehook`` that re-delivers an :class:`Interrupted` which Python could not raise (it
+    arrived in a callback from C, e.g. Numba's cache notification, where exceptions are only printed): it
+    is raised again a moment later, so the work unwinds in ordinary Python code (if that moment falls in a
+    callback again, the same happens again). Anything else goes to ``hook``."""
+    def unraisable(info):
+        if isinstance(info.exc_value, Interrupted):
+            _deliver_later(info.exc_value.signum)
+        else:
+            hook(info)
+    return unraisable
+
+
 class handling:
     """``with handling():`` a signal of SIGNALS raises :class:`Interrupted` within the block; the previous
-    handlers come back afterwards."""
+    handlers (and ``sys.unraisablehook``) come back afterwards."""
 
     def __enter__(self):
         self.previous = _install()
+        self.hook, self.alarm = sys.unraisablehook, signal.getsignal(signal.SIGALRM)
+        sys.unraisablehook = _unraisable(self.hook)
         _state.update(unwind=bool(self.previous), activity="", reported=False, received=None)
         return self
 
     def __exit__(self, *exc_info):
         _state["unwind"] = False
+        sys.unraisablehook = self.hook
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, self.alarm if self.alarm is not None else signal.SIG_DFL)
         for signum, old in self.previous.items():
             signal.signal(signum, old if old is not None else signal.SIG_DFL)
         return False

@@ -497,3 +497,27 @@ def test_ascii_bytes_are_the_string(kind, make, name, tmp_path, capsys):
     inp = write(tmp_path / "bad.npz", {**arrays, name: np.array(b"tw\xffo")})
     assert one_error(capsys, kind, inp, "-o", tmp_path / "out.npz", "-q") == (
         f"ntpref: error: {inp}: array '{name}': expected a string, got bytes that are not ASCII (b'tw\\xffo')")
+
+
+def test_a_signal_inside_a_callback_from_c_still_unwinds(capsys):
+    """Python only prints an exception raised in a callback from C (Numba's cache notification is one):
+    the signal is delivered again and unwinds the work in the next ordinary line, with nothing printed."""
+    import ctypes
+
+    from ntpref import interrupt
+
+    @ctypes.CFUNCTYPE(None)
+    def callback():
+        os.kill(os.getpid(), signal.SIGTERM)
+        for _ in range(10_000):   # the handler runs here, inside the callback
+            pass
+
+    hook, term = sys.unraisablehook, signal.getsignal(signal.SIGTERM)
+    with pytest.raises(interrupt.Interrupted) as info:
+        with interrupt.handling():
+            callback()
+            for _ in range(10_000_000):   # ordinary code after the callback: the signal lands here
+                pass
+    assert info.value.signum == signal.SIGTERM
+    assert capsys.readouterr().err == ""
+    assert sys.unraisablehook is hook and signal.getsignal(signal.SIGTERM) is term   # both given back
