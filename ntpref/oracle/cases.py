@@ -9,14 +9,18 @@ policy (:func:`ntpref.oracle.tolerance.default_tolerances`) or of the float32 en
 The float64 tolerances of a stored case are those recorded in its manifest (the same policy).
 Random cases are small (a few sentences or samples, at most 40 steps) and drawn from
 ``np.random.default_rng([seed, model index, j])``, so case ``j`` of a model is the same whatever ``n``
-and whichever models are selected. Case ``j`` of a model uses the regime ``j mod 4`` of
-:data:`REGIMES`; together the four regimes of each model cover the options and the edge cases:
+and whichever models are selected. Case ``j`` of a model uses the regime ``j mod r`` of
+:data:`REGIMES` (r regimes of the model: 5 for twostage, 4 for the others); together they cover the options
+and the edge cases:
 
 twostage  eval_general_E      general E [d, K] (d < K or d > K), lengths 1..5, repeated tokens, succ with −1
           eval_saturated      one-hot E, W_ov and W_kq of scale 25: attention and output softmax saturate
           train_naive         Algorithm 1 on a small realizable task, Gaussian E, direction "naive"
           train_late_stage    Algorithm 1 late in stage 2 (docs/twostage.md §4.1): the float64 attention
                               gradient cancels, the naive direction fails and the stable one does not
+          train_attention_cancel  stage 2 with attention margins >= 40 on x* (docs/twostage.md §4.1):
+                              a_l − φ·a cancels, the float64 gradient loses its direction, the stable one
+                              does not
 shallow   eval_paired_mask    paired initialisation (f = 0), saturated attention, mask_last_key, tau_att = √d
           eval_T1_erf         T = 1, activation "erf", kappa = 1, independent heads
           train_projgd        ProjGD, rho = (inf, 0, 0.05): c unprojected, U frozen, W's ball active; X_val
@@ -42,8 +46,8 @@ from ..errors import InputError
 MODELS = ("twostage", "shallow", "indrnn")
 KINDS = ("eval", "train")
 PRECISIONS = ("float64", "float32")
-#: Random cases per model when not given (one per regime).
-DEFAULT_RANDOM = 4
+#: Random cases per model when not given: enough for every regime of :data:`REGIMES` (set below).
+DEFAULT_RANDOM = 5
 #: Per-step logs among the train outputs (axis 0 = step).
 TRAJECTORIES = ("stage1_loss", "stage1_norm", "stage1_corr", "stage2_loss", "stage2_norm", "stage2_corr",
                 "train_loss", "val_loss", "grad_norm_W", "grad_norm_u")
@@ -231,6 +235,17 @@ def _twostage_train_late_stage(rng):
                              "p_v, v != y, underflows, the naive direction is 0 and stops; direction 'stable'")
 
 
+def _twostage_train_attention_cancel(rng):
+    K = 5
+    task, inputs = _realizable(rng, K, int(rng.integers(6, 10)), 2, 4)
+    W_ov = 5.0 * (np.eye(K)[task.dataset.succ].T - 1.0 / K)             # W_ov[v, x] = 5 (1[v = n(x)] − 1/K)
+    W_kq = 40.0 * task.orders.T.astype(np.float64)                         # attention margins ≥ 40 on x*
+    inputs.update(K=np.array(K), W_ov=W_ov, W_kq=W_kq, eta0=np.array(0.2 / math.sqrt(K)),
+                  eta=np.array(0.05 / math.sqrt(K)), T0=np.array(3), T=np.array(20))
+    return "train", inputs, ("stage 2 with W_kq trained to attention margins >= 40 on x* (W_kq = 40 rank): "
+                             "a_l - phi.a cancels, the float64 gradient points elsewhere; direction 'stable'")
+
+
 # shallow and indrnn ---------------------------------------------------------------------------------
 def _samples(rng, n: int, T: int, d: int) -> dict:
     return dict(X=_normal(rng, n, T, d, scale=d ** -0.5), y=_normal(rng, n))
@@ -321,7 +336,8 @@ def _indrnn_train_projsgd(rng):
 
 #: The random-case generators of each model, in the order case j cycles through them.
 REGIMES = {
-    "twostage": (_twostage_eval_general_E, _twostage_eval_saturated, _twostage_train_naive, _twostage_train_late_stage),
+    "twostage": (_twostage_eval_general_E, _twostage_eval_saturated, _twostage_train_naive, _twostage_train_late_stage,
+                 _twostage_train_attention_cancel),
     "shallow": (_shallow_eval_paired_mask, _shallow_eval_T1_erf, _shallow_train_projgd, _shallow_train_projsgd),
     "indrnn": (_indrnn_eval_paired, _indrnn_eval_T1_erf, _indrnn_train_projgd, _indrnn_train_projsgd),
 }

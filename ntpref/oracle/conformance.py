@@ -347,7 +347,7 @@ def register(subparsers) -> None:
                    help="defines evaluate(model, inputs) and/or train(model, inputs) returning dicts of arrays")
     p.add_argument("--model", nargs="+", choices=MODELS, help="only these models (default all)")
     p.add_argument("--random", type=int, default=DEFAULT_RANDOM, metavar="N",
-                   help=f"random cases per model (default {DEFAULT_RANDOM}: one per regime)")
+                   help=f"random cases per model (default {DEFAULT_RANDOM}: every regime of every model)")
     p.add_argument("--seed", type=int, default=0, metavar="S", help="seed of the random cases (default 0)")
     p.add_argument("--precision", choices=PRECISIONS, default="float64",
                    help="float64: the float64 policy; float32: a multiple of what float32 arithmetic achieves on "

@@ -47,10 +47,10 @@ _SEED = 20240924
 def _magnitudes(model: str, inputs: Mapping[str, np.ndarray], **changes) -> dict[str, np.ndarray]:
     """The float64 policy's magnitudes M of every eval output of ``inputs`` with ``changes`` (a train
     input read as the eval input of the same data)."""
-    from .tolerance import _scales
+    from .tolerance import eval_scales
 
     base = {k: v for k, v in inputs.items() if k not in TRAIN_ONLY}
-    return {k: M for k, (M, _) in _scales(model, {**base, **changes}).items()}
+    return {k: M for k, (M, _) in eval_scales(model, {**base, **changes}).items()}
 
 
 def _ends(model: str, inputs: Mapping[str, np.ndarray], expected: Mapping[str, np.ndarray], **data) -> list[dict]:

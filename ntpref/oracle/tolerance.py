@@ -19,10 +19,12 @@ The tolerance of an array is ``atol = SAFETY · γ_K · max M`` (``rtol = 0``).
 
 **Training** (kind "train"). A difference in the last bits is carried along the trajectory. One
 step can differ by at most the rounding of the update plus η times the evaluation bound of the
-step direction: the *injection* ε per parameter block. The training is run again from θ(0) + ε·ξ
-(ξ = ±1, fixed seed), which measures the response D_q(t) of every logged quantity q to one such
-injection. A quantity logged after t updates has t injections behind it; bounding the response to
-each by the largest one measured so far (from t = 1 on),
+step direction: the *injection* ε per parameter block. For normalized GD that bound is 2 γ_K ρ,
+ρ = ‖M(G)‖/‖G‖ for the computation that forms the direction: the plain float64 gradient for
+direction "naive", the log-scale computation for "stable" (:func:`stable_accuracy`). The training
+is run again from θ(0) + ε·ξ (ξ = ±1, fixed seed), which measures the response D_q(t) of every
+logged quantity q to one such injection. A quantity logged after t updates has t injections
+behind it; bounding the response to each by the largest one measured so far (from t = 1 on),
 
     |q_computed(t) − q(t)| ≤ SAFETY · [γ_K (|q(t)| + M_q) + t · max_{1 ≤ s ≤ t} D_q(s)]
 
@@ -229,24 +231,30 @@ def indrnn_scales(X, y, c, u, W_in, kappa: float, activation: str) -> Scales:
 
 
 # --- two-stage transformer --------------------------------------------------------------------------
-def twostage_scales(prep, W_ov: np.ndarray, W_kq: np.ndarray | None) -> tuple[Scales, float]:
-    """Magnitudes of loss, logits, attn, grad_W_ov, grad_W_kq (docs/twostage.md §2–§3) on a prepared,
-    weighted sentence set (:func:`ntpref.twostage.model._prepared` or ``_prepared_collocation``), and
-    the largest exponent magnitude max M(z) + max M(s) (the relative accuracy of the log-scale NGD
-    direction is γ_K times 1 + 2 · that).
+class _Sentences(NamedTuple):
+    """Per sentence j and position l of a prepared set (docs/twostage.md §2): the forward values and
+    the magnitudes of the evaluation bound (:func:`twostage_scales`)."""
 
-    With B = |E|^T |W_ov| |E| and S = |E|^T |W_kq| |E| (token space): M(s_l) = S[τ_l, q], M(φ_l) =
-    φ_l (1 + 4 max_l M(s_l)), M(z_k) = Σ_l M(φ_l) B[k, τ_l], M(p_k) = p_k (1 + 4 max_k M(z_k)),
-    M(ℓ) = ℓ + 1 + 2 max M(z); g_z = p − e_y with M(g_z,y) = Σ_k M(p_k); a_l = Σ_k (E^T W_ov E)[k, τ_l] g_z,k,
-    M(g_s,l) = M(φ_l)(|a_l| + |φ·a|) + φ_l (M(a_l) + M(φ·a)).
-    """
+    inside: np.ndarray  # [N, Lmax] bool, positions within the sentence
+    tok: np.ndarray     # [N, Lmax] token ids (0 on padding)
+    query: np.ndarray   # [N] the query token
+    absE: np.ndarray    # |E| [d, K]
+    Xabs: np.ndarray    # |x_l| [N, Lmax, d] (0 on padding)
+    Ms: np.ndarray      # M(s_l) [N, Lmax]
+    phi: np.ndarray     # φ [N, Lmax] (0 on padding)
+    Mphi: np.ndarray    # M(φ) [N, Lmax]
+    Bt: np.ndarray      # B[k, τ_l] [K, N, Lmax], B = |E|^T |W_ov| |E|
+    Mz: np.ndarray      # M(z_k) [N, K]
+    fw: object          # the oracle's model.Forward (loss, losses, logits, attn)
+
+
+def _sentences(prep, W_ov: np.ndarray, W_kq: np.ndarray) -> _Sentences:
+    """The oracle's forward pass on ``prep`` and the magnitudes of s, φ, z (W_ov, W_kq [d, d])."""
     from ..twostage import model
 
-    W_kq = np.zeros_like(W_ov) if W_kq is None else W_kq
     fw = model._forward(prep, W_ov, W_kq, "numba")
-    E, tokens, w = prep.E, prep.tokens, prep.weights
+    E, tokens = prep.E, prep.tokens
     N, Lmax = tokens.shape
-    K, d = E.shape[1], E.shape[0]
     inside = np.arange(Lmax)[None, :] < prep.lengths[:, None]
     tok = np.where(inside, tokens, 0)
     query = tokens[np.arange(N), prep.lengths - 1]
@@ -258,8 +266,27 @@ def twostage_scales(prep, W_ov: np.ndarray, W_kq: np.ndarray | None) -> tuple[Sc
     Mphi = phi * (1.0 + 4.0 * Ms.max(axis=1))[:, None]
     Bt = B[:, tok]                                                          # [K, N, Lmax]
     Mz = np.einsum("jl,kjl->jk", Mphi, Bt)
-    Mzmax = Mz.max(axis=1)
-    z = fw.logits
+    Xabs = absE.T[tok] * inside[:, :, None]
+    return _Sentences(inside, tok, query, absE, Xabs, Ms, phi, Mphi, Bt, Mz, fw)
+
+
+def twostage_scales(prep, W_ov: np.ndarray, W_kq: np.ndarray | None) -> tuple[Scales, float]:
+    """Magnitudes of loss, logits, attn, grad_W_ov, grad_W_kq (docs/twostage.md §2–§3) on a prepared,
+    weighted sentence set (:func:`ntpref.twostage.model._prepared` or ``_prepared_collocation``), and
+    the largest exponent magnitude max M(z) + max M(s) (a floor of ρ for the naive NGD direction).
+
+    With B = |E|^T |W_ov| |E| and S = |E|^T |W_kq| |E| (token space): M(s_l) = S[τ_l, q], M(φ_l) =
+    φ_l (1 + 4 max_l M(s_l)), M(z_k) = Σ_l M(φ_l) B[k, τ_l], M(p_k) = p_k (1 + 4 max_k M(z_k)),
+    M(ℓ) = ℓ + 1 + 2 max M(z); g_z = p − e_y with M(g_z,y) = Σ_k M(p_k); a_l = Σ_k (E^T W_ov E)[k, τ_l] g_z,k,
+    M(g_s,l) = M(φ_l)(|a_l| + |φ·a|) + φ_l (M(a_l) + M(φ·a)).
+    """
+    W_kq = np.zeros_like(W_ov) if W_kq is None else W_kq
+    st = _sentences(prep, W_ov, W_kq)
+    E, w, phi, Mphi, Bt, Xabs = prep.E, prep.weights, st.phi, st.Mphi, st.Bt, st.Xabs
+    N, Lmax = prep.tokens.shape
+    K, d = E.shape[1], E.shape[0]
+    Mzmax = st.Mz.max(axis=1)
+    z = st.fw.logits
     p = np.exp(z - z.max(axis=1, keepdims=True))
     p /= p.sum(axis=1, keepdims=True)
     Mp = p * (1.0 + 4.0 * Mzmax)[:, None]
@@ -268,20 +295,100 @@ def twostage_scales(prep, W_ov: np.ndarray, W_kq: np.ndarray | None) -> tuple[Sc
     gz[rows, prep.targets] -= 1.0
     Mgz = Mp.copy()
     Mgz[rows, prep.targets] = Mp.sum(axis=1)
-    Mloss = w @ (np.abs(fw.losses) + 1.0 + 2.0 * Mzmax)
-    Xabs = absE.T[tok] * inside[:, :, None]                                 # |x_l| [N, Lmax, d]
+    Mloss = w @ (np.abs(st.fw.losses) + 1.0 + 2.0 * Mzmax)
     MXphi = np.einsum("jl,jlb->jb", Mphi, Xabs)
     Xphi = np.einsum("jl,jlb->jb", phi, Xabs)
+    absE = st.absE
     Mgov = np.einsum("ak,jk,jb,j->ab", absE, Mgz, Xphi, w) + np.einsum("ak,jk,jb,j->ab", absE, np.abs(gz), MXphi, w)
-    a = np.einsum("kjl,jk->jl", (E.T @ W_ov @ E)[:, tok], gz)
+    a = np.einsum("kjl,jk->jl", (E.T @ W_ov @ E)[:, st.tok], gz)
     Ma = np.einsum("kjl,jk->jl", Bt, Mgz)
     ca = np.abs((phi * a).sum(axis=1))
     Mca = (Mphi * np.abs(a) + phi * Ma).sum(axis=1)
-    Mgs = np.where(inside, Mphi * (np.abs(a) + ca[:, None]) + phi * (Ma + Mca[:, None]), 0.0)
-    Mgkq = np.einsum("j,jla,jl,jb->ab", w, Xabs, Mgs, absE.T[query])
+    Mgs = np.where(st.inside, Mphi * (np.abs(a) + ca[:, None]) + phi * (Ma + Mca[:, None]), 0.0)
+    Mgkq = np.einsum("j,jla,jl,jb->ab", w, Xabs, Mgs, absE.T[st.query])
     count = N + 2 * Lmax + 2 * K + 2 * d * d + 2 * d + 3 * TRANSCENDENTAL_ULPS
-    M = {"loss": np.array(Mloss), "logits": Mz, "attn": Mphi, "grad_W_ov": Mgov, "grad_W_kq": Mgkq}
-    return Scales(M, count), float(Mzmax.max(initial=0.0) + Ms.max(initial=0.0))
+    M = {"loss": np.array(Mloss), "logits": st.Mz, "attn": Mphi, "grad_W_ov": Mgov, "grad_W_kq": Mgkq}
+    return Scales(M, count), float(Mzmax.max(initial=0.0) + st.Ms.max(initial=0.0))
+
+
+def _log_sum(log_c: np.ndarray, parts: np.ndarray) -> tuple[float, np.ndarray]:
+    """(Λ, Σ_j e^{log_c_j − Λ} parts_j) with Λ = max_j log_c_j: a sum of terms of very different scales
+    (parts [N, ...]); Λ = −inf and zeros when every log_c_j is −inf."""
+    top = float(np.max(log_c, initial=-np.inf))
+    if top == -np.inf:
+        return top, np.zeros(parts.shape[1:])
+    return top, np.einsum("j,j...->...", np.exp(log_c - top), parts)
+
+
+def stable_accuracy(prep, W_ov: np.ndarray, W_kq: np.ndarray | None, wrt: str) -> float:
+    """ρ = ‖M(G)‖_F / ‖G‖_F for the log-scale ("stable") direction of ∇_{W_wrt} (wrt "ov" | "kq",
+    docs/twostage.md §4.1): the computed G/‖G‖ is then accurate to 2 γ_K ρ. M(G) is the magnitude of
+    that computation, which scales each sentence j by e^{λ_j} and never forms p_y − 1 or a_l − φ·a:
+
+        g̃ = (p̃_v)_{v≠y}, g̃_y = −S:   M(p̃_v) = p̃_v (1 + 4 M(z)_j), M(g̃_y) = Σ_v M(p̃_v)
+        ã_l = Σ_v (EᵀW_ovE)[v, τ_l] g̃_v:   M(ã_l) = Σ_v B[v, τ_l] M(g̃_v)
+        ov:  G = Σ_j e^{m_j} w_j E g̃_j (Xφ)_jᵀ,
+             M = Σ_j e^{m_j} w_j |E| [M(g̃) |Xφ|ᵀ + |g̃| (M(Xφ) + R_j |Xφ|)ᵀ]
+        kq:  G = Σ_j e^{m_j} w_j Σ_{l,k} φ_l φ_k (ã_l − ã_k) x_l x_Lᵀ over pairs of different tokens,
+             M = Σ_j e^{m_j} w_j Σ_{l,k} φ_l φ_k [M(ã_l) + M(ã_k) + R_j |ã_l − ã_k|] |x_l| |x_L|ᵀ
+
+    with m_j = max_{v≠y} log p_v and R_j = 2 (1 + |log w_j|) + 4 max M(z)_j + 8 max M(s)_j the
+    magnitude of the exponents that form the log-scale weights (e^{λ_j − Λ}, e^{log φ_l + log φ_k − σ}).
+    The exact values φ, m come from the oracle's logits and scores; ‖G‖ from its stable direction.
+    Returns 1 when G = 0 (no step is taken)."""
+    from ..twostage import model
+
+    W_kq = np.zeros_like(W_ov) if W_kq is None else W_kq
+    direction, _ = model._direction(prep, W_ov, W_kq, wrt, "stable", "numba")
+    if direction.log_norm == -np.inf:
+        return 1.0
+    st = _sentences(prep, W_ov, W_kq)
+    E, w = prep.E, prep.weights
+    N = w.shape[0]
+    rows = np.arange(N)
+    y = prep.targets
+    z = st.fw.logits
+    other = np.arange(z.shape[1])[None, :] != y[:, None]
+    r = np.where(other, z - z[rows, y][:, None], -np.inf)                   # margins r_v = z_v − z_y
+    rmax = r.max(axis=1)
+    pt = np.exp(r - rmax[:, None])                                          # p̃, 0 at v = y
+    Mzmax = st.Mz.max(axis=1)
+    Mpt = pt * (1.0 + 4.0 * Mzmax)[:, None]
+    g = pt.copy()
+    g[rows, y] = -pt.sum(axis=1)
+    Mg = Mpt.copy()
+    Mg[rows, y] = Mpt.sum(axis=1)
+    zmax = z.max(axis=1)
+    lse = zmax + np.log(np.exp(z - zmax[:, None]).sum(axis=1))
+    log_w = np.log(np.where(w > 0, w, 1.0))
+    m = np.where(w > 0, rmax + z[rows, y] - lse + log_w, -np.inf)           # log (w_j max_{v≠y} p_v)
+    R = 2.0 * (1.0 + np.abs(log_w)) + 4.0 * Mzmax + 8.0 * st.Ms.max(axis=1)
+    if wrt == "ov":
+        Xphi = np.einsum("jl,jlb->jb", st.phi, st.Xabs)
+        MXphi = np.einsum("jl,jlb->jb", st.Mphi, st.Xabs)
+        parts = (np.einsum("jk,jb->jkb", Mg, Xphi)
+                 + np.einsum("jk,jb->jkb", np.abs(g), MXphi + R[:, None] * Xphi))
+        top, Mt = _log_sum(m, parts)
+        Mt = st.absE @ Mt
+    else:
+        s = (E.T @ W_kq @ E)[st.tok, st.query[:, None]]
+        s = np.where(st.inside, s, -np.inf)
+        smax = s.max(axis=1)
+        lphi = s - (smax + np.log(np.exp(s - smax[:, None]).sum(axis=1)))[:, None]
+        a = np.einsum("kjl,jk->jl", (E.T @ W_ov @ E)[:, st.tok], g)
+        Ma = np.einsum("kjl,jk->jl", st.Bt, Mg)
+        pairs = [(st.inside & st.inside[:, k:k + 1] & (st.tok != st.tok[:, k:k + 1]), k) for k in range(s.shape[1])]
+        sigma = np.max([np.where(valid, lphi + lphi[:, k:k + 1], -np.inf).max(axis=1) for valid, k in pairs], axis=0)
+        shift = np.where(sigma > -np.inf, sigma, 0.0)[:, None]
+        inner = np.zeros_like(a)
+        for valid, k in pairs:
+            weight = np.exp(np.where(valid, lphi + lphi[:, k:k + 1] - shift, -np.inf))
+            inner += weight * (Ma + Ma[:, k:k + 1] + R[:, None] * np.abs(a - a[:, k:k + 1]))
+        parts = np.einsum("jla,jl,jb->jab", st.Xabs, inner, st.absE.T[st.query])
+        top, Mt = _log_sum(m + sigma, parts)
+    if top == -np.inf:
+        return 1.0
+    return float(np.exp(top + np.log(np.linalg.norm(Mt)) - direction.log_norm)) if np.any(Mt) else 1.0
 
 
 def _twostage_data(inputs: Mapping[str, np.ndarray]):
@@ -308,8 +415,11 @@ def _twostage_eval(inputs: Mapping[str, np.ndarray]) -> dict[str, tuple[np.ndarr
 _SHALLOW_BLOCKS = {"shallow": ("c", "U", "W"), "indrnn": ("c", "u", "W_in")}
 
 
-def _scales(model: str, inputs: Mapping[str, np.ndarray], kind: str = "eval") -> dict[str, tuple[np.ndarray, int]]:
-    """name → (M, K) for every output (and intermediate) of an eval / ntk input."""
+def eval_scales(model: str, inputs: Mapping[str, np.ndarray], kind: str = "eval") -> dict[str, tuple[np.ndarray, int]]:
+    """name → (M, K) for every output (and intermediate) of an eval input of ``model`` (kind "eval"),
+    or of a shallow NTK input (kind "ntk"): M is the evaluation magnitude of the output, an array
+    shaped like it (0-d for a loss), K the operation count, so that any float64 implementation
+    computes the output to within γ_K · M elementwise (module docstring, docs/tolerance.md)."""
     if model == "twostage":
         return _twostage_eval(inputs)
     X = as_float("X", inputs["X"], (None, None, None))
@@ -390,9 +500,9 @@ def _twostage_train(inputs: Mapping[str, np.ndarray], names, backend: str) -> di
     result. Two reruns measure the responses D1 (W_ov(0) moved) and D2 (W_kq(0) moved). After t
     steps of a stage, q has t injections of its own stage behind it (responses max_{1≤s≤t} D(s)), and
     a stage-2 quantity also the T0 of stage 1 (responses max_{s≤t} D1(s)). The injection of a step of
-    size η along G/‖G‖ is U·max|W| + η (U + 2 γ_K ρ), ρ the relative accuracy of the direction: the
-    larger of ‖M(G)‖/‖G‖ at the start and 1 + 2·(max M(z) + max M(s)) (the log-scale direction) at
-    both ends."""
+    size η along G/‖G‖ is U·max|W| + η (U + 2 γ_K ρ), ρ the relative accuracy of the direction at
+    both ends of the stage: for direction "stable" :func:`stable_accuracy`; for "naive" (the plain
+    float64 gradient) the larger of ‖M(G)‖/‖G‖ at the start and 1 + 2·(max M(z) + max M(s))."""
     from . import contract
     from ..twostage import model
     from ..twostage.data import Dataset, optimal_tokens
@@ -400,19 +510,23 @@ def _twostage_train(inputs: Mapping[str, np.ndarray], names, backend: str) -> di
     ds, W_ov0, W_kq0 = _twostage_data(inputs)
     eta0, eta = as_scalar("eta0", inputs["eta0"]), as_scalar("eta", inputs["eta"])
     T0 = as_scalar("T0", inputs["T0"], kind="int")
+    naive = "direction" in inputs and as_scalar("direction", inputs["direction"], kind="str") == "naive"
     out = contract.train(inputs, backend)
     prep, prep0 = model._prepared(ds), model._prepared_collocation(ds.E, ds.succ)
     W_ov = out["W_ov"]
-    stages = {"W_ov": (eta0, prep0, [(W_ov, None) for W_ov in (W_ov0, W_ov)], "grad_W_ov", 1),
-              "W_kq": (eta, prep, [(W_ov, W) for W in (W_kq0, out["W_kq"])], "grad_W_kq", 2)}
+    stages = {"W_ov": (eta0, prep0, [(W_ov, None) for W_ov in (W_ov0, W_ov)], "ov", 1),
+              "W_kq": (eta, prep, [(W_ov, W) for W in (W_kq0, out["W_kq"])], "kq", 2)}
     scales, eps, D = {}, {}, {}
-    for block, (step, pset, ends, grad, g_index) in stages.items():
+    for block, (step, pset, ends, wrt, g_index) in stages.items():
         sc = [twostage_scales(pset, *e) for e in ends]
         scales[block] = sc
-        G = model._loss_and_grad(pset, *ends[0], "numba")[g_index]
-        rel = 1.0 + 2.0 * max(x[1] for x in sc)
-        if np.any(G):
-            rel = max(rel, float(np.linalg.norm(sc[0][0].M[grad]) / np.linalg.norm(G)))
+        if naive:
+            G = model._loss_and_grad(pset, *ends[0], "numba")[g_index]
+            rel = 1.0 + 2.0 * max(x[1] for x in sc)
+            if np.any(G):
+                rel = max(rel, float(np.linalg.norm(sc[0][0].M[f"grad_{block}"]) / np.linalg.norm(G)))
+        else:
+            rel = max(stable_accuracy(pset, *e, wrt) for e in ends)
         largest = max(_max(inputs[block]), _max(out[block]))
         eps[block] = U * largest + step * (U + 2.0 * gamma(sc[0][0].count) * rel)
         D[block] = _response(inputs, out, {block: eps[block]}, backend)
@@ -464,7 +578,7 @@ def _shallow_train(model: str, inputs: Mapping[str, np.ndarray], names, backend:
     n = np.shape(inputs["X"])[0]
     per_batch = n / as_scalar("batch", inputs["batch"], kind="int") if "batch" in inputs else 1.0
     ends = [base, {**base, **{b: out[b] for b in blocks}}]
-    train_sc = [_scales(model, e) for e in ends]
+    train_sc = [eval_scales(model, e) for e in ends]
     count = train_sc[0]["loss"][1]
     eps = {b: U * max(_max(inputs[b]), _max(out[b])) + eta * per_batch * gamma(count) * max(
         _max(sc[f"grad_{b}"][0]) for sc in train_sc) for b in blocks}
@@ -474,7 +588,7 @@ def _shallow_train(model: str, inputs: Mapping[str, np.ndarray], names, backend:
               f"grad_norm_{logged}": per_batch * max(float(np.linalg.norm(sc[f"grad_{logged}"][0])) for sc in train_sc)}
     if "X_val" in inputs:
         val = [{**e, "X": inputs["X_val"], "y": inputs["y_val"]} for e in ends]
-        floors["val_loss"] = max(float(_scales(model, e)["loss"][0]) for e in val)
+        floors["val_loss"] = max(float(eval_scales(model, e)["loss"][0]) for e in val)
     tols = {}
     for name in names:
         q = out[name]
@@ -528,6 +642,6 @@ def default_tolerances(model: str, kind: str, inputs: Mapping[str, np.ndarray],
         return _shallow_train(model, inputs, names, backend)
     if kind == "eval":
         contract.evaluate(inputs, backend)                                   # validates the input
-    scales = _scales(model, inputs, kind)
+    scales = eval_scales(model, inputs, kind)
     _known(model, kind, names, list(scales))
     return {name: eval_tolerance(*scales[name]) for name in names}
