@@ -31,6 +31,8 @@ TARGETS = {
     "approx": "approx",               # approximation and linearisation errors vs m
     "length": "length",               # sequence length and sample size sweeps
     "rnn": "rnn",                     # transformer vs IndRNN on the autoregressive task
+    "ntk": "ntk",                     # NTK-regime diagnostics: head movement, lambda_min, kernel drift
+    "projsgd": "projsgd",             # ProjGD vs ProjSGD: min training loss vs m
 }
 
 

@@ -137,9 +137,10 @@ def mean_row(label, columns) -> list:
 
 
 def axis_table(x, groups, mean, ci, xname: str = "m", yname: str = "min train loss") -> str:
-    """A tabulate table: x | seeds | mean | ± 95% CI."""
-    rows = [(int(v), len(g), f"{mu:.4e}", f"{c:.2e}") for v, g, mu, c in zip(x, groups, mean, ci)]
-    return tabulate(rows, headers=[xname, "seeds", f"mean {yname}", "± 95% CI"])
+    """A tabulate table: x | seeds | mean | ± 95% CI | median."""
+    rows = [(int(v), len(g), f"{mu:.4e}", f"{c:.2e}", f"{float(np.median(g)):.4e}")
+            for v, g, mu, c in zip(x, groups, mean, ci)]
+    return tabulate(rows, headers=[xname, "seeds", f"mean {yname}", "± 95% CI", "median"])
 
 
 def time_grid(T: int, uniform: int = 1000, log: int = 200) -> np.ndarray:
@@ -164,55 +165,85 @@ def band(ax, t, values, label, color, log=False):
     ax.fill_between(t, lo, hi, color=color, alpha=0.25, lw=0)
 
 
-def ci_errorbar(ax, x, mean, ci, *, label: str, color: str, marker: str = "o"):
+def ci_errorbar(ax, x, mean, ci, *, label: str, color: str, marker: str = "o", ls: str = "-"):
     """Mean ± 95% CI as error bars, the lower bar clipped to stay positive (for log y axes)."""
-    ax.errorbar(x, mean, yerr=[np.minimum(ci, 0.95 * mean), ci], fmt=marker + "-", color=color, capsize=3,
+    ax.errorbar(x, mean, yerr=[np.minimum(ci, 0.95 * mean), ci], fmt=marker, ls=ls, color=color, capsize=3,
                 label=label)
 
 
-def loglog_panel(ax, x, mean, ci, *, label: str, color: str, fit: bool = True, marker: str = "o"):
-    """Mean ± CI on log–log axes and, with ``fit``, the least-squares power law drawn dashed with its slope
-    in the legend. Returns the slope (or None)."""
-    ci_errorbar(ax, x, mean, ci, label=label + " (mean ± 95% CI)", color=color, marker=marker)
+def medians(groups: list) -> np.ndarray:
+    """The median of each group (per x value, over the seeds)."""
+    return np.array([float(np.median(g)) for g in groups])
+
+
+def loglog_panel(ax, x, mean, ci, *, label: str, color: str, fit=None, marker: str = "o", ls: str = "-",
+                 median=None):
+    """Mean ± CI on log–log axes; ``median``: the medians drawn as open markers on a thin dashed line (no
+    legend entry); ``fit``: the values a least-squares power law is fitted to (e.g. the medians; None = no
+    fit), drawn dotted with its slope in the legend. Returns the slope (or None)."""
+    ci_errorbar(ax, x, mean, ci, label=label + " (mean ± 95% CI)", color=color, marker=marker, ls=ls)
+    if median is not None:
+        ax.plot(x, median, marker, ls="--", lw=0.8, color=color, mfc="none", alpha=0.8)
     ax.set_xscale("log", base=2)
     ax.set_xticks(x, [f"{v:g}" for v in x])
     ax.tick_params(axis="x", which="minor", bottom=False, labelbottom=False)
     ax.set_yscale("log")
     ax.grid(True, which="both", alpha=0.3)
-    if not fit or len(x) < 2:
+    if fit is None or len(x) < 2:
         return None
-    slope, intercept = loglog_slope(x, mean)
+    slope, intercept = loglog_slope(x, fit)
     xx = np.geomspace(x[0], x[-1], 50)
-    ax.plot(xx, np.exp(intercept) * xx ** slope, "--", color=color, alpha=0.8, label=f"fit: slope {slope:+.3f}")
+    what = "fit to the medians" if fit is median else "fit"
+    ax.plot(xx, np.exp(intercept) * xx ** slope, ":", color=color, alpha=0.9, label=f"{what}: slope {slope:+.3f}")
     return slope
 
 
-# ---- the teacher-student setting of paper (2) (width, approx, length; rnn shares the seeds) ---------
+# ---- the teacher-student setting of paper (2) (width, approx, length, ntk, projsgd; rnn shares the seeds) --
 
 D, R, NU, RHO, ETA_SCALE, TRAIN_FRACTION = 8, 16, 3.0, 3.0, 1.75, 0.8
 INIT_SEED_OFFSET = 1_000_003
 """Student seed = data seed + INIT_SEED_OFFSET: paired_init and the data generators both start drawing
 standard normals from ``default_rng(seed)``, so the student's initial heads must use another seed."""
+SGD_SEED_OFFSET = 2_000_003
+"""ProjSGD's minibatch seed = data seed + SGD_SEED_OFFSET (again never the data's random numbers)."""
+TEACHERS = {"diagonal": "authors' teacher: attention logits from diag(W)",
+            "full": "full-W teacher (the theory's kernel)"}
+"""teacher_attention of :func:`ntpref.shallow.data.teacher_student`. The authors' code computes the teacher's
+attention logits with diag(W_k) only (a repeated einsum index), the theory's kernel uses the full W_k."""
 
 
 @lru_cache(maxsize=4)
-def teacher_data(seed: int, n: int, T: int, K: int) -> TeacherStudent:
-    """The seed's teacher–student data set (d = 8, R = 16, ν = 3, 80/20 split), cached in this process.
+def teacher_data(seed: int, n: int, T: int, K: int, teacher: str = "diagonal") -> TeacherStudent:
+    """The seed's teacher–student data set (d = 8, R = 16, ν = 3, 80/20 split; ``teacher`` one of
+    :data:`TEACHERS`), cached in this process.
 
-    Every width of a seed trains on the same data set; cells are listed seed by seed, so a worker process
-    builds a seed's teacher at most once (with w workers at most w times). No files, nothing can go stale."""
-    return teacher_student(n=n, d=D, T=T, R=R, K=K, nu=NU, n_train=round(TRAIN_FRACTION * n), seed=seed)
+    The tokens are the first draws of the seed, so both teachers label the same inputs. Every width of a
+    seed trains on the same data set; cells are listed seed by seed, so a worker process builds a seed's
+    teacher at most once (with w workers at most w times). No files, nothing can go stale."""
+    if teacher not in TEACHERS:
+        raise InputError(f"teacher must be one of {', '.join(TEACHERS)}, got {teacher!r}")
+    return teacher_student(n=n, d=D, T=T, R=R, K=K, nu=NU, n_train=round(TRAIN_FRACTION * n), seed=seed,
+                           teacher_attention=teacher)
 
 
-def train_student(data: TeacherStudent, m: int, seed: int, steps: int, n_train: int | None = None) -> dict:
-    """Train a width-m student (paired init from seed + INIT_SEED_OFFSET) by ProjGD (η = 1.75/√steps,
-    ρ = 3 for all blocks, MSE) on the first ``n_train`` training samples (all by default). Returns
-    min_train_loss, final_train_loss, final_val_loss, train_loss [steps] (pre-update, so train_loss[0] is
-    the loss at the paired initialisation, where f = 0) and the cell's CPU seconds (Numba threads included)."""
+def student_eta(steps: int) -> float:
+    """The step size η = 1.75/√steps of the authors' training script (0.0277 at 4000 steps)."""
+    return ETA_SCALE / math.sqrt(steps)
+
+
+def train_student(data: TeacherStudent, m: int, seed: int, steps: int, n_train: int | None = None,
+                  batch: int | None = None) -> dict:
+    """Train a width-m student (paired init from seed + INIT_SEED_OFFSET) by ProjGD (``batch`` None) or
+    ProjSGD (minibatches of ``batch`` drawn from seed + SGD_SEED_OFFSET), η = 1.75/√steps, ρ = 3 for all
+    blocks, MSE, on the first ``n_train`` training samples (all by default). Returns min_train_loss,
+    final_train_loss, final_val_loss (L_val(θ(steps)) on the whole validation split), train_loss [steps]
+    (pre-update, so train_loss[0] is the loss at the paired initialisation, where f = 0) and the cell's
+    CPU seconds (Numba threads included)."""
     start = time.process_time()
     X, y = data.X_train[:n_train], data.y_train[:n_train]
     c, U, W = paired_init(m, D, seed + INIT_SEED_OFFSET)
-    res = proj_gd("shallow", X, y, (c, U, W), eta=ETA_SCALE / math.sqrt(steps), steps=steps, rho=(RHO,) * 3)
+    sgd = {} if batch is None else dict(batch=batch, seed=seed + SGD_SEED_OFFSET)
+    res = proj_gd("shallow", X, y, (c, U, W), eta=student_eta(steps), steps=steps, rho=(RHO,) * 3, **sgd)
     r = forward(data.X_val, res.params["c"], res.params["U"], res.params["W"]) - data.y_val
     return dict(min_train_loss=res.min_train_loss, final_train_loss=res.final_train_loss,
                 final_val_loss=float(np.mean(r * r)), train_loss=res.train_loss,
