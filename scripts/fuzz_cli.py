@@ -18,6 +18,8 @@ device, a dangling or looping symbolic link, a path under a regular file, a name
 name; or, to be accepted, a symbolic link to a file, missing parent directories, an existing file whose
 mode must be kept, stale temporaries of a killed writer). Refused outputs must leave the folder exactly as
 it was (special files untouched, no directory or temporary left); accepted ones must hold the result.
+One case in twenty runs a valid input in an odd environment (see ENVIRONMENTS: Numba thread counts and
+threading layers, the npz memory budget); it must be accepted or rejected like any other case.
 
 Usage:  python scripts/fuzz_cli.py [-n 10000] [--seed 0] [--show 10]
 Exit status 0 when there is no crash, 1 otherwise. The mutation engine is driven by a ``Chooser`` so the
@@ -558,6 +560,31 @@ def run_output_case(kind: str, command: str, raw: bytes, workdir: Path, backend:
     return "crash", rc, f"{text.strip()} (folder {before} became {_listing(d)})"
 
 
+#: odd values of the environment variables the command reads (the variable, then its value)
+ENVIRONMENTS = [("NUMBA_NUM_THREADS", v) for v in ("0", "-1", "abc", "1.5", "100000", "", " 2")] + \
+               [("NUMBA_THREADING_LAYER", v) for v in ("bogus", "", "TBB", "workqueue")] + \
+               [("NTPREF_MAX_NPZ_BYTES", v) for v in ("-1", "abc", "0", "1", "1K", "16G", "")]
+
+
+@contextlib.contextmanager
+def _environment(name: str, value: str):
+    old = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop(name)
+        else:
+            os.environ[name] = old
+
+
+def run_env_case(env: tuple[str, str], command: str, raw: bytes, workdir: Path, backend: str = "numba"):
+    """Run a valid input with one variable of ENVIRONMENTS set; (outcome, exit status, stderr)."""
+    with _environment(*env):
+        return run_case(command, raw, workdir, backend)
+
+
 def fuzz(n: int, seed: int = 0, show: int = 10, log=print) -> Counter:
     """Run ``n`` generated cases; returns the outcome counts (and logs a summary)."""
     ch = RandomChooser(seed)
@@ -567,7 +594,12 @@ def fuzz(n: int, seed: int = 0, show: int = 10, log=print) -> Counter:
     with tempfile.TemporaryDirectory(prefix="ntpref-fuzz-") as tmp:
         for i in range(n):
             backend = ch.choice(("numba", "numpy"))
-            if ch.integer(0, 9) == 0:
+            if ch.integer(0, 19) == 0:
+                command, arrays = bases[ch.integer(0, len(bases) - 1)]
+                env = ENVIRONMENTS[ch.integer(0, len(ENVIRONMENTS) - 1)]
+                what = f"{arrays['model']} {command} env:{env[0]}={env[1]!r}"
+                outcome, rc, text = run_env_case(env, command, _npz_bytes(arrays), Path(tmp), backend)
+            elif ch.integer(0, 9) == 0:
                 command, arrays = bases[ch.integer(0, len(bases) - 1)]
                 kind = ch.choice(sorted(OUTPUTS))
                 what = f"{arrays['model']} {command} output:{kind}"
@@ -585,7 +617,7 @@ def fuzz(n: int, seed: int = 0, show: int = 10, log=print) -> Counter:
         + ", ".join(f"{k} {counts[k]}" for k in ("accepted", "rejected", "crash")))
     steps = sorted({s for s, _ in by_mutation})
     for s in steps:
-        log(f"  {s:<20}" + "  ".join(f"{k} {by_mutation[(s, k)]:>5}" for k in ("accepted", "rejected", "crash")))
+        log(f"  {s:<36} " + "  ".join(f"{k} {by_mutation[(s, k)]:>5}" for k in ("accepted", "rejected", "crash")))
     for line in crashes[:show]:
         log("  CRASH " + line)
     return counts
