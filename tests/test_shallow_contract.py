@@ -1,4 +1,4 @@
-"""The eval/train contract of models "shallow" and "indrnn" (spec/interchange.md), via the dispatcher and the CLI."""
+"""The eval/train contract of models "shallow" and "indrnn" (docs/contract.md), via the dispatcher and the CLI."""
 import numpy as np
 import pytest
 

@@ -93,7 +93,7 @@ def test_projgd_stays_in_the_balls_and_logs_validation(rng):
     assert np.any(np.isclose(head_norms(res.params["W"] - theta0[2]), 0.5 / math.sqrt(m)))  # active
     fv = forward(Xv, res.params["c"], res.params["U"], res.params["W"])
     assert res.val_loss.shape == (6,) and res.final_val_loss == loss_from_outputs(fv, yv, 1.0)
-    # one step by hand: gradient step, then the projection of spec §3
+    # one step by hand: gradient step, then the projection of docs/shallow.md §3
     _, loss, *grads = loss_and_grad(X, y, *theta0, kappa=1)
     first = project([p - 2.0 * g for p, g in zip(theta0, grads)], theta0, head_radii(rho, m, 3))
     one = proj_gd("shallow", X, y, theta0, eta=2.0, steps=1, rho=rho, kappa=1)

@@ -45,7 +45,7 @@ def passes(expected, actual, tols):
     return report
 
 
-# --- independent straightforward implementations (the spec's formulas, plain loops, index order) ---
+# --- independent straightforward implementations (the equations of docs/, plain loops, index order) ---
 def _sigma(s, activation):
     if activation == "tanh":
         return np.tanh(s), 1.0 - np.tanh(s) ** 2

@@ -1,4 +1,4 @@
-"""The "twostage" eval/train contract (spec/interchange.md) through the dispatcher and the ntpref command."""
+"""The "twostage" eval/train contract (docs/contract.md) through the dispatcher and the ntpref command."""
 import numpy as np
 import pytest
 

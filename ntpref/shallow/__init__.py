@@ -1,2 +1,2 @@
 """Paper (2): a shallow multi-head transformer trained by projected GD, its NTK, and the IndRNN baseline
-(spec/shallow.md)."""
+(docs/shallow.md)."""

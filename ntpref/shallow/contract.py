@@ -1,4 +1,4 @@
-"""The ``eval`` / ``train`` contract (spec/interchange.md) of models "shallow" and "indrnn".
+"""The ``eval`` / ``train`` contract (docs/contract.md) of models "shallow" and "indrnn".
 
 Inputs: ``X`` [n, T, d], ``y`` [n] and the parameter blocks (shallow: ``c`` [m], ``U`` [m, d],
 ``W`` [m, d, d]; indrnn: ``c`` [m], ``u`` [m], ``W_in`` [m, d]); optional ``kappa`` (2.0) and the

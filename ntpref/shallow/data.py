@@ -1,4 +1,4 @@
-"""Data of paper (2)'s experiments (spec/shallow.md §5): the teacher–student task and the scalar
+"""Data of paper (2)'s experiments (docs/shallow.md §5): the teacher–student task and the scalar
 autoregressive forecasting task. Arrays follow the model's layout X [n, T, d] (row t is token x_t,
 the last row is the query), y [n]. Everything is drawn from ``np.random.default_rng(seed)`` in a fixed,
 documented order, so a (config, seed) pair reproduces the data bitwise.
@@ -17,7 +17,7 @@ from .ntk import ATTENTIONS, attention_weights, jvp, transport_map
 
 
 def scale_tokens(X: np.ndarray) -> np.ndarray:
-    """Each token x_t (last axis) scaled by min(1, 1/‖x_t‖), so ‖x_t‖ ≤ 1 (spec §1, §5)."""
+    """Each token x_t (last axis) scaled by min(1, 1/‖x_t‖), so ‖x_t‖ ≤ 1 (docs/shallow.md §1, §5)."""
     norms = np.sqrt(np.einsum("...k,...k->...", X, X))
     return X / np.maximum(norms, 1.0)[..., None]
 
@@ -61,7 +61,7 @@ class TeacherStudent:
 
 def teacher_labels(X, anchors, alpha, U, W, nu=3.0, *, teacher_attention="full", activation="tanh",
                    backend="numba", block=256) -> np.ndarray:
-    """Teacher outputs y [n] (spec §5) with the K draws (U [K, d], W [K, d, d]):
+    """Teacher outputs y [n] (docs/shallow.md §5) with the K draws (U [K, d], W [K, d, d]):
 
       y(X) = (1/K) Σ_k Σ_r α_r [ν_c φ_c(X)φ_c(X_r) + ν_u ⟨φ_u(X), φ_u(X_r)⟩ + ⟨φ_w(X), φ_w(X_r)⟩_F s_rk]
            = (1/K) Σ_k ⟨φ(X; θ_k), v(θ_k)⟩,
@@ -80,7 +80,7 @@ def teacher_labels(X, anchors, alpha, U, W, nu=3.0, *, teacher_attention="full",
 
 def teacher_student(n=5000, d=8, T=16, R=16, K=8192, nu=3.0, n_train=4000, teacher_attention="full",
                     activation="tanh", seed=0, *, backend="numba", block=256) -> TeacherStudent:
-    """The teacher–student data set of spec §5.
+    """The teacher–student data set of docs/shallow.md §5.
 
     Draw order from ``np.random.default_rng(seed)``: tokens X [n, T, d] i.i.d. N(0, 1) (then each
     token scaled by min(1, 1/‖x_t‖)); anchor indices (R of range(n), without replacement, from the whole
@@ -154,7 +154,7 @@ class AutoregressiveConfig:
 
 @dataclass(frozen=True)
 class Autoregressive:
-    """Windows of the series (spec §5). Window w (w = 0..n−1) starts at time s_w = burn_in + w:
+    """Windows of the series (docs/shallow.md §5). Window w (w = 0..n−1) starts at time s_w = burn_in + w:
     token t (t = 0..T−1, T = lag + 1) is (x_{s_w + t}, P[t]) with P = :func:`positional_channels`,
     and its raw target is x_{s_w + T} = coef · x_{s_w + 1} + innovations[s_w + T] (token 1 is lag L
     before the target). y = (raw target − y_mean)/y_std with the training windows' mean and population
@@ -189,12 +189,12 @@ def ar_series(innovations: np.ndarray, lag: int, coef: float) -> np.ndarray:
 
 def autoregressive(lag, n=5000, n_train=4000, burn_in=800, coef=0.9, noise_var=0.1, normalize_tokens=False,
                    seed=0) -> Autoregressive:
-    """The autoregressive forecasting task of spec §5: one series x_t = coef · x_{t−L} + ε_t with
+    """The autoregressive forecasting task of docs/shallow.md §5: one series x_t = coef · x_{t−L} + ε_t with
     ε_t ~ N(0, noise_var) (noise_var is the variance: 0.1, i.e. standard deviation √0.1 as in the
     authors' code), x_0..x_{L−1} ~ N(0, 1); windows of T = L + 1 values (token features d = 17: the
     value and 16 positional channels) predict the next value; see :class:`Autoregressive`.
 
-    normalize_tokens: scale each token by min(1, 1/‖x_t‖) (the model's assumption ‖x_t‖ ≤ 1, spec §1).
+    normalize_tokens: scale each token by min(1, 1/‖x_t‖) (the model's assumption ‖x_t‖ ≤ 1, docs/shallow.md §1).
     Off by default: the authors' experiment does not scale (token norms are about 3, the 16 positional
     channels alone have norm √8).
     Draw order from ``np.random.default_rng(seed)``: the L initial values, then the burn_in + n + T − L

@@ -1,9 +1,9 @@
-"""NTK objects of the shallow transformer (spec/shallow.md §4; the linearisation direction of §5).
+"""NTK objects of the shallow transformer (docs/shallow.md §4; the linearisation direction of §5).
 
 Shapes: X [n, T, d] (query q = x_T = X[:, -1]), c [m], U [m, d], W [m, d, d]. Everything is built
 from the per-head states of :func:`ntpref.shallow.model.head_states` (s, a, MU = M_i U_i), never from
 a d×d×T tensor. With σ_i = σ(s_i), σ'_i = σ'(s_i), the gradient of f(X) = m^{-1/2} Σ_i c_i σ_i
-with respect to head i's parameters θ_i = (c_i, U_i, W_i) is (spec §2)
+with respect to head i's parameters θ_i = (c_i, U_i, W_i) is (docs/shallow.md §2)
 
   ∂f/∂c_i = σ_i / √m,   ∂f/∂U_i = c_i σ'_i a_i / √m,   ∂f/∂W_i = c_i σ'_i (M_i U_i) q^T / (τ_att √m).
 
@@ -14,9 +14,9 @@ Objects:
   :func:`limit_kernel`       Monte-Carlo limit E_{U ~ N(0, I), W_kl ~ N(0, 1)} of the same with c² = 1
   :func:`min_eigenvalue`     smallest eigenvalue of a Gram matrix
   :func:`jvp`, :func:`linearized_f`   Σ_i ⟨∇_{θ_i} f(X; θ0), Δθ_i⟩ without forming the features
-  :func:`transport_map`, :func:`transport`   the transport map v of spec §4 / the teacher of §5
-  :func:`attention_weights`  W or diag(W) for the teacher's "diagonal" attention (spec §5)
-  :func:`worst_case_delta`   the worst-case direction on the boundary of Ω_ρ (spec §5)
+  :func:`transport_map`, :func:`transport`   the transport map v of docs/shallow.md §4 / the teacher of §5
+  :func:`attention_weights`  W or diag(W) for the teacher's "diagonal" attention (docs/shallow.md §5)
+  :func:`worst_case_delta`   the worst-case direction on the boundary of Ω_ρ (docs/shallow.md §5)
 
 Heads are processed in chunks of ``block`` heads (memory O(n · block · d) for the states, plus the
 n × n' output for the Gram matrix; never n × m × d²). In the Numba backend every output entry is a
@@ -235,7 +235,7 @@ def _chunks(m: int, block: int):
 
 @dataclass(frozen=True)
 class TangentFeatures:
-    """Per-sample gradients ∇_θ f(X_j) (spec §2), ∂f/∂W kept factored:
+    """Per-sample gradients ∇_θ f(X_j) (docs/shallow.md §2), ∂f/∂W kept factored:
     c [n, m] = σ/√m,  U [n, m, d] = c_i σ' a/√m,  W_left [n, m, d] = c_i σ' (M U)/(τ_att √m),  q [n, d];
     ∂f(X_j)/∂W_i = W_left[j, i] q_j^T (see :meth:`W`)."""
     c: np.ndarray
@@ -298,7 +298,7 @@ def ntk_gram(X, c, U, W, X2=None, *, tau_att=1.0, mask_last_key=False, activatio
       K_m(X_j, X'_l) = Σ_i ⟨∇_{θ_i} f(X_j), ∇_{θ_i} f(X'_l)⟩
         = (1/m) Σ_i [σ_ji σ_li + c_i² σ'_ji σ'_li (⟨a_ji, a_li⟩ + τ_att^{-2} ⟨(MU)_ji, (MU)_li⟩ ⟨q_j, q_l⟩)].
 
-    The c-block term carries no c_i² (∂f/∂c_i does not contain c_i); spec §4 writes the formula for
+    The c-block term carries no c_i² (∂f/∂c_i does not contain c_i); docs/shallow.md §4 writes the formula for
     c_i² = 1. X2 = None: only the upper triangle is computed and mirrored, so K is exactly symmetric.
     ``block``: heads per chunk (memory), no effect on the result."""
     opt = _options(tau_att, mask_last_key, activation, backend, block)
@@ -374,7 +374,7 @@ def jvp(X, c, U, W, dc, dU, dW, *, tau_att=1.0, mask_last_key=False, activation=
 
 def linearized_f(X, theta0, theta, *, tau_att=1.0, mask_last_key=False, activation="tanh", backend="numba",
                  block=256) -> np.ndarray:
-    """f_lin(X; θ) = ⟨∇f(X; θ0), θ − θ0⟩ [n] (spec §4; equals the linearised model when f(θ0) = 0, as
+    """f_lin(X; θ) = ⟨∇f(X; θ0), θ − θ0⟩ [n] (docs/shallow.md §4; equals the linearised model when f(θ0) = 0, as
     for the paired initialisation — f(θ0) is not added). theta0, theta: (c [m], U [m, d], W [m, d, d])."""
     opt = _options(tau_att, mask_last_key, activation, backend, block)
     X = check_X(X)
@@ -388,7 +388,7 @@ def linearized_f(X, theta0, theta, *, tau_att=1.0, mask_last_key=False, activati
 
 def worst_case_delta(X, U, W, rho=3.0, *, tau_att=1.0, mask_last_key=False, activation="tanh",
                      backend="numba", block=256):
-    """Worst-case perturbation on the boundary of Ω_ρ (spec §5, "Linearisation error vs m"):
+    """Worst-case perturbation on the boundary of Ω_ρ (docs/shallow.md §5, "Linearisation error vs m"):
     per head, ΔU_i and ΔW_i point along the gradient of h_i = Σ_j σ(s_i(X_j)),
       g_U,i = Σ_j σ'(s_ji) a_ji,   g_W,i ∝ Σ_j σ'(s_ji) (MU)_ji q_j^T   (τ_att > 0 only rescales it),
     ΔU_i = (ρ_u/√m) g_U,i/‖g_U,i‖, ΔW_i = (ρ_w/√m) g_W,i/‖g_W,i‖_F, Δc_i = +ρ_c/√m. A zero gradient
@@ -447,7 +447,7 @@ def attention_weights(W, attention: str) -> np.ndarray:
 
 
 def transport_map(U, W, anchors, alpha, nu=3.0, *, attention="full", activation="tanh", backend="numba"):
-    """The teacher's transport map (spec §5) evaluated at heads (U_i, W_i), i = 1..m:
+    """The teacher's transport map (docs/shallow.md §5) evaluated at heads (U_i, W_i), i = 1..m:
 
       v_c(θ) = ν_c Σ_r α_r σ(s_r),   v_u(θ) = ν_u Σ_r α_r σ'(s_r) a_r,
       v_w(θ) = Σ_r α_r min(1, ν_w / (‖σ'(s_r) M_r U‖ ‖q_r‖)) σ'(s_r) (M_r U) q_r^T,
@@ -479,7 +479,7 @@ def transport_map(U, W, anchors, alpha, nu=3.0, *, attention="full", activation=
 
 
 def transport(c, U, W, v_c, v_u, v_w):
-    """Transported parameters (spec §4): c̄_i = c_i + v_c,i/√m, Ū_i = U_i + c_i v_u,i/√m,
+    """Transported parameters (docs/shallow.md §4): c̄_i = c_i + v_c,i/√m, Ū_i = U_i + c_i v_u,i/√m,
     W̄_i = W_i + c_i v_w,i/√m, where (v_c [m], v_u [m, d], v_w [m, d, d]) is the map v evaluated at
     head i's initial (U_i, W_i) (e.g. from :func:`transport_map`). Returns (c̄, Ū, W̄)."""
     U = as_float("U", U, (None, None))

@@ -1,4 +1,4 @@
-"""ProjGD and ProjSGD (spec/shallow.md §3) for the transformer ("shallow") and the IndRNN ("indrnn").
+"""ProjGD and ProjSGD (docs/shallow.md §3) for the transformer ("shallow") and the IndRNN ("indrnn").
 
   θ(t+1) = Π_Ω(θ(t) − η ∇L(θ(t)))      plain step, no momentum; Ω = per-head balls of radius ρ_b/√m
                                         around θ(0) (:mod:`ntpref.shallow.projection`).

@@ -1,1 +1,1 @@
-"""Paper (1): two-stage normalized gradient descent for next-token prediction (spec/twostage.md)."""
+"""Paper (1): two-stage normalized gradient descent for next-token prediction (docs/twostage.md)."""

@@ -131,7 +131,7 @@ def _weight(name: str, W, d: int) -> np.ndarray:
     return W if W.flags.writeable else W.copy()
 
 
-# ---- NumPy backend (reads like the spec) -----------------------------------------------------------
+# ---- NumPy backend (reads like the equations of docs/twostage.md) ---------------------------------------
 
 def _np_attention(prep: Prepared, W_kq):
     """X rows x_l [N, Lmax, d] (0 on padding), x_L [N, d], mask [N, Lmax], φ, log φ (-inf on padding)."""
