@@ -23,38 +23,12 @@ from ntpref.cli import main
 from ntpref.errors import InputError
 from ntpref.oracle.npzio import load_npz, save_npz
 from ntpref.reproduce import width
-from ntpref.shallow.model import iid_init
-from ntpref.shallow.rnn import rnn_paired_init
-from ntpref.twostage.data import five_token_example
+
+from small_inputs import indrnn_eval, shallow_eval, twostage_eval, twostage_train
 
 PACKAGE = Path(ntpref.__file__).resolve().parent
 LONG = "a" * 300 + ".npz"          # one path component longer than any file system allows (255)
 TINY_WIDTH = dict(seeds=(1, 2), widths=(4, 8), n=40, K=16, steps=5, T=4, teachers=("diagonal",))
-
-
-def shallow_eval():
-    rng = np.random.default_rng(0)
-    c, U, W = iid_init(4, 3, seed=1)
-    return {"model": np.array("shallow"), "X": rng.standard_normal((5, 4, 3)), "y": rng.standard_normal(5),
-            "c": c, "U": U, "W": W}
-
-
-def indrnn_eval():
-    rng = np.random.default_rng(0)
-    c, u, W_in = rnn_paired_init(4, 3, seed=1)
-    return {"model": np.array("indrnn"), "X": rng.standard_normal((5, 4, 3)), "y": rng.standard_normal(5),
-            "c": c, "u": u, "W_in": W_in}
-
-
-def twostage_eval():
-    five = five_token_example()
-    return {"model": np.array("twostage"), "tokens": five.tokens, "lengths": five.lengths,
-            "targets": five.targets, "W_ov": np.full((5, 5), 0.1), "W_kq": np.eye(5), "K": np.array(5),
-            "succ": five.succ}
-
-
-def twostage_train():
-    return {**twostage_eval(), "eta0": np.array(0.1), "eta": np.array(0.05), "T0": np.array(2), "T": np.array(2)}
 
 
 def shallow_train(**extra):

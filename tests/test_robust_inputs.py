@@ -15,44 +15,17 @@ from ntpref.cli import main
 from ntpref.errors import InfeasibleError, InputError
 from ntpref.oracle import contract
 from ntpref.oracle.npzio import load_npz, save_npz
-from ntpref.shallow.model import iid_init, loss_and_grad, paired_init
+from ntpref.shallow.model import loss_and_grad, paired_init
 from ntpref.shallow.rnn import rnn_loss_and_grad, rnn_paired_init
 from ntpref.shallow.train import proj_gd
 from ntpref.twostage.data import Dataset, check_realizable, five_token_example
 from ntpref.twostage.model import forward
 from ntpref.twostage.train import two_stage
 
+from small_inputs import indrnn_eval, shallow_eval, train_of, twostage_eval, twostage_train
+
 
 # ---- valid inputs of every model ---------------------------------------------------------------------
-
-def twostage_eval():
-    five = five_token_example()
-    return {"model": np.array("twostage"), "tokens": five.tokens, "lengths": five.lengths,
-            "targets": five.targets, "W_ov": np.full((5, 5), 0.1), "W_kq": np.eye(5), "K": np.array(5),
-            "succ": five.succ}
-
-
-def twostage_train():
-    return {**twostage_eval(), "eta0": np.array(0.1), "eta": np.array(0.05), "T0": np.array(2), "T": np.array(2)}
-
-
-def shallow_eval():
-    rng = np.random.default_rng(0)
-    c, U, W = iid_init(4, 3, seed=1)
-    return {"model": np.array("shallow"), "X": rng.standard_normal((5, 4, 3)), "y": rng.standard_normal(5),
-            "c": c, "U": U, "W": W}
-
-
-def indrnn_eval():
-    rng = np.random.default_rng(0)
-    c, u, W_in = rnn_paired_init(4, 3, seed=1)
-    return {"model": np.array("indrnn"), "X": rng.standard_normal((5, 4, 3)), "y": rng.standard_normal(5),
-            "c": c, "u": u, "W_in": W_in}
-
-
-def train_of(base):
-    return {**base, "eta": np.array(0.1), "steps": np.array(2)}
-
 
 VALID = {"twostage eval": ("eval", twostage_eval), "twostage train": ("train", twostage_train),
          "shallow eval": ("eval", shallow_eval), "shallow train": ("train", lambda: train_of(shallow_eval())),
