@@ -21,7 +21,7 @@ def evaluate(model, inputs):
 
 
 def train(model, inputs):
-    block = _attention(model)
+    _attention(model)         # NotImplementedError for the IndRNN, which has no attention
     if model == "twostage":   # stage 2 sees a zero gradient at once: it stops, its logs repeat t = 0
         out = contract.train({"model": model, **inputs, "T": np.array(0)})
         steps = int(inputs["T"]) + 1
