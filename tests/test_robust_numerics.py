@@ -172,24 +172,24 @@ def _backends_close(fn, *args):
         close(u, v, 1e-10)
 
 
-@pytest.mark.parametrize("model", ["shallow", "indrnn"])
+#: model -> (loss-and-gradient function, init(m, d, seed))
+MODELS = {"shallow": (loss_and_grad, iid_init), "indrnn": (rnn_loss_and_grad, rnn_paired_init)}
+
+
+@pytest.mark.parametrize("model", MODELS)
 def test_long_sequences_backends_agree(rng, model):
     """T = 1024 tokens."""
+    fun, init = MODELS[model]
     X, y = rng.standard_normal((3, 1024, 6)), rng.standard_normal(3)
-    if model == "shallow":
-        _backends_close(loss_and_grad, X, y, *iid_init(8, 6, seed=0))
-    else:
-        _backends_close(rnn_loss_and_grad, X, y, *rnn_paired_init(8, 6, seed=0))
+    _backends_close(fun, X, y, *init(8, 6, seed=0))
 
 
-@pytest.mark.parametrize("model", ["shallow", "indrnn"])
+@pytest.mark.parametrize("model", MODELS)
 def test_wide_models_backends_agree(rng, model):
     """m = 4096 heads / units."""
+    fun, init = MODELS[model]
     X, y = rng.standard_normal((3, 6, 4)), rng.standard_normal(3)
-    if model == "shallow":
-        _backends_close(loss_and_grad, X, y, *iid_init(4096, 4, seed=0))
-    else:
-        _backends_close(rnn_loss_and_grad, X, y, *rnn_paired_init(4096, 4, seed=0))
+    _backends_close(fun, X, y, *init(4096, 4, seed=0))
 
 
 def test_twostage_long_sentences_backends_agree(rng):

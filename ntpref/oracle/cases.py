@@ -35,7 +35,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Callable, Iterable, Sequence
-from functools import cached_property
+from functools import cached_property, partial
 from pathlib import Path
 
 import numpy as np
@@ -156,12 +156,11 @@ def random_cases(models: Iterable[str] | None = None, n: int = DEFAULT_RANDOM, s
     seed = as_scalar("seed", seed, kind="int", low=0)
     out = []
     for model in models:
-        regimes = REGIMES[model]
+        regimes = list(REGIMES[model].items())
         for j in range(n):
-            make = regimes[j % len(regimes)]
+            name, make = regimes[j % len(regimes)]
             rng = np.random.default_rng([seed, MODELS.index(model), j])
             kind, inputs, description = make(rng)
-            name = make.__name__.removeprefix(f"_{model}_")
             out.append(Case(f"r{seed}_{model}_{j}_{name}", model, kind, "random", description,
                             lambda inputs=inputs, model=model: ({"model": np.array(model), **inputs}, None)))
     return out
@@ -285,11 +284,12 @@ def _shallow_eval_paired_mask(rng):
     return "eval", inputs, f"paired init (f = 0), W of scale 30 (saturated attention), mask_last_key, tau_att = sqrt({d}), m = {m}"
 
 
-def _shallow_eval_T1_erf(rng):
+def _eval_T1_erf(rng, model: str):
     n, T, d, m = _dims(rng, T=1)
-    inputs = dict(**_samples(rng, n, T, d), **_heads(rng, "shallow", m, d, paired=False),
+    inputs = dict(**_samples(rng, n, T, d), **_heads(rng, model, m, d, paired=False),
                   activation=np.array("erf"), kappa=np.array(1.0))
-    return "eval", inputs, f"T = 1, activation erf, kappa = 1, independent heads, m = {m}"
+    heads = "independent heads" if model == "shallow" else "perturbed paired init"
+    return "eval", inputs, f"T = 1, activation erf, kappa = 1, {heads}, m = {m}"
 
 
 def _shallow_train_projgd(rng):
@@ -299,9 +299,9 @@ def _shallow_train_projgd(rng):
     return "train", inputs, "ProjGD, rho = (inf, 0, 0.05): c unprojected, U frozen, W's ball active; validation set"
 
 
-def _shallow_train_projsgd(rng):
+def _train_projsgd(rng, model: str):
     n, T, d, m = _dims(rng)
-    inputs = dict(**_samples(rng, n, T, d), **_heads(rng, "shallow", m, d, paired=True),
+    inputs = dict(**_samples(rng, n, T, d), **_heads(rng, model, m, d, paired=True),
                   **_training(rng, n, T, d, 0.3, (1.0, 1.0, 1.0), batch=np.array(int(rng.integers(2, 5))),
                               seed=np.array(int(rng.integers(1000)))))
     return "train", inputs, "ProjSGD (batch, seed), rho = (1, 1, 1), validation set"
@@ -312,13 +312,6 @@ def _indrnn_eval_paired(rng):
     return "eval", dict(**_samples(rng, n, T, d), **_heads(rng, "indrnn", m, d, paired=True)), f"paired init (f = 0), T = {T}, m = {m}"
 
 
-def _indrnn_eval_T1_erf(rng):
-    n, T, d, m = _dims(rng, T=1)
-    inputs = dict(**_samples(rng, n, T, d), **_heads(rng, "indrnn", m, d, paired=False),
-                  activation=np.array("erf"), kappa=np.array(1.0))
-    return "eval", inputs, f"T = 1, activation erf, kappa = 1, perturbed paired init, m = {m}"
-
-
 def _indrnn_train_projgd(rng):
     n, T, d, m = _dims(rng)
     inputs = dict(**_samples(rng, n, T, d), **_heads(rng, "indrnn", m, d, paired=True),
@@ -326,20 +319,15 @@ def _indrnn_train_projgd(rng):
     return "train", inputs, "ProjGD, rho = (0.05, 0.05, 0.05) (projection active), validation set"
 
 
-def _indrnn_train_projsgd(rng):
-    n, T, d, m = _dims(rng)
-    inputs = dict(**_samples(rng, n, T, d), **_heads(rng, "indrnn", m, d, paired=True),
-                  **_training(rng, n, T, d, 0.3, (1.0, 1.0, 1.0), batch=np.array(int(rng.integers(2, 5))),
-                              seed=np.array(int(rng.integers(1000)))))
-    return "train", inputs, "ProjSGD (batch, seed), rho = (1, 1, 1), validation set"
-
-
-#: The random-case generators of each model, in the order case j cycles through them.
+#: The random-case generators of each model, {regime name: make(rng)}, in the order case j cycles through them.
 REGIMES = {
-    "twostage": (_twostage_eval_general_E, _twostage_eval_saturated, _twostage_train_naive, _twostage_train_late_stage,
-                 _twostage_train_attention_cancel),
-    "shallow": (_shallow_eval_paired_mask, _shallow_eval_T1_erf, _shallow_train_projgd, _shallow_train_projsgd),
-    "indrnn": (_indrnn_eval_paired, _indrnn_eval_T1_erf, _indrnn_train_projgd, _indrnn_train_projsgd),
+    "twostage": {"eval_general_E": _twostage_eval_general_E, "eval_saturated": _twostage_eval_saturated,
+                 "train_naive": _twostage_train_naive, "train_late_stage": _twostage_train_late_stage,
+                 "train_attention_cancel": _twostage_train_attention_cancel},
+    "shallow": {"eval_paired_mask": _shallow_eval_paired_mask, "eval_T1_erf": partial(_eval_T1_erf, model="shallow"),
+                "train_projgd": _shallow_train_projgd, "train_projsgd": partial(_train_projsgd, model="shallow")},
+    "indrnn": {"eval_paired": _indrnn_eval_paired, "eval_T1_erf": partial(_eval_T1_erf, model="indrnn"),
+               "train_projgd": _indrnn_train_projgd, "train_projsgd": partial(_train_projsgd, model="indrnn")},
 }
 
 
