@@ -143,7 +143,7 @@ def make_inputs(case: Case, seed: int = 0) -> dict:
         from .shallow.model import iid_init
         c, U, W = iid_init(s["m"], s["d"], seed)
         return dict(X=X, y=y, params=(c, U, W))
-    from .shallow.rnn import rnn_paired_init
+    from .shallow.indrnn import rnn_paired_init
     c, u, W_in = rnn_paired_init(s["m"], s["d"], seed)
     W_in[s["m"] // 2:] = rng.standard_normal((s["m"] - s["m"] // 2, s["d"]))
     return dict(X=X, y=y, params=(c, u, W_in))
@@ -181,7 +181,7 @@ def _ntpref_setup(backend: str):
         if case.model == "shallow":
             from .shallow.model import loss_and_grad
             return lambda: loss_and_grad(X, y, *params, backend=backend)
-        from .shallow.rnn import rnn_loss_and_grad
+        from .shallow.indrnn import rnn_loss_and_grad
         return lambda: rnn_loss_and_grad(X, y, *params, backend=backend)
     return setup
 
@@ -378,7 +378,7 @@ def startup_seconds() -> float:
     process (warm Numba cache; run once before to fill it)."""
     code = ("import time; t = time.perf_counter(); import numpy as np\n"
             "from ntpref.shallow.model import loss_and_grad, iid_init\n"
-            "from ntpref.shallow.rnn import rnn_loss_and_grad, rnn_paired_init\n"
+            "from ntpref.shallow.indrnn import rnn_loss_and_grad, rnn_paired_init\n"
             "from ntpref.twostage import model; from ntpref.twostage.data import random_realizable\n"
             "X = np.full((4, 3, 2), 0.1); y = np.zeros(4)\n"
             "loss_and_grad(X, y, *iid_init(2, 2, 0)); rnn_loss_and_grad(X, y, *rnn_paired_init(2, 2, 0))\n"

@@ -3,7 +3,7 @@
 SIGINT (Ctrl-C), SIGTERM and SIGHUP end the command with one line naming the signal and what was running,
 ``ntpref: interrupted by SIGTERM (train k20.npz)``, and exit status 130, 143 and 129. Inside
 :func:`ntpref.cli.main` the signal unwinds the work as an :class:`Interrupted` exception (a
-KeyboardInterrupt), so a result file being written is removed (:func:`ntpref.oracle.npzio.atomic_write`)
+KeyboardInterrupt), so a result file being written is removed (:func:`ntpref.npzio.atomic_write`)
 and worker processes are stopped; a second signal while that runs ends the process at once. While the
 command imports ntpref, before ``main`` starts, the process ends at once: there is nothing to clean up yet.
 

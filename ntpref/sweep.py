@@ -39,7 +39,7 @@ import numpy as np
 
 from .checks import as_scalar
 from .errors import InputError, NtprefError
-from .oracle.npzio import load_npz, save_npz
+from .npzio import load_npz, save_npz
 
 PARAMS_KEY = "cell_params"
 #: Seconds to wait for a Dask scheduler to answer (Dask's own default is 30 s).

@@ -45,7 +45,7 @@ from pathlib import Path
 import numpy as np
 
 from ntpref.cli import main
-from ntpref.oracle.npzio import MAX_MEMBERS, load_npz
+from ntpref.npzio import MAX_MEMBERS, load_npz
 
 
 # ---- choices: a seeded generator here, Hypothesis in the tests --------------------------------------
@@ -70,7 +70,7 @@ class RandomChooser:
 def valid_inputs() -> list[tuple[str, dict[str, np.ndarray]]]:
     """(command, arrays) for a small valid input of every model and command."""
     from ntpref.shallow.model import iid_init
-    from ntpref.shallow.rnn import rnn_paired_init
+    from ntpref.shallow.indrnn import rnn_paired_init
     from ntpref.twostage.data import five_token_example
 
     rng = np.random.default_rng(7)

@@ -27,7 +27,7 @@ import numpy as np
 
 from ntpref.oracle import reference, tolerance
 from ntpref.oracle.compare import compare_arrays, tolerance_text
-from ntpref.oracle.npzio import load_npz
+from ntpref.npzio import load_npz
 
 # --- case definitions ----------------------------------------------------------------------------
 @dataclass
@@ -108,7 +108,7 @@ def _targets(X: np.ndarray) -> np.ndarray:
 
 def _shallow_params(cfg: dict, seed: int, rng) -> dict:
     from ntpref.shallow.model import paired_init
-    from ntpref.shallow.rnn import rnn_paired_init
+    from ntpref.shallow.indrnn import rnn_paired_init
 
     if cfg.get("rnn"):
         c, u, W_in = rnn_paired_init(cfg["m"], cfg["d"], seed)

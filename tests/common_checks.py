@@ -34,7 +34,7 @@ from ntpref.oracle.compare import compare_arrays
 from ntpref.oracle.gradcheck import gradcheck
 from ntpref.oracle.tolerance import default_tolerances
 from ntpref.shallow import model as shallow_model
-from ntpref.shallow import rnn
+from ntpref.shallow import indrnn, indrnn_kernels
 from ntpref.shallow.data import scale_tokens
 from ntpref.twostage import kernels as twostage_kernels
 from ntpref.twostage import model as twostage_model
@@ -160,7 +160,7 @@ def _shallow_extras(inputs: Mapping, backend: str) -> dict:
 
 
 def _indrnn_loss_and_grad(inputs: Mapping, backend: str) -> dict:
-    f, loss, gc, gu, gW = rnn.rnn_loss_and_grad(inputs["X"], inputs["y"], inputs["c"], inputs["u"], inputs["W_in"],
+    f, loss, gc, gu, gW = indrnn.rnn_loss_and_grad(inputs["X"], inputs["y"], inputs["c"], inputs["u"], inputs["W_in"],
                                                 kappa=_option(inputs, "kappa", 2.0),
                                                 activation=_option(inputs, "activation", "tanh"), backend=backend)
     return {"f": f, "loss": np.array(loss), "grad_c": gc, "grad_u": gu, "grad_W_in": gW}
@@ -186,7 +186,7 @@ def shallow_case(id: str, **options) -> ModelCase:
 def indrnn_case(id: str, **options) -> ModelCase:
     """The IndRNN baseline with the given options (kappa, activation)."""
     return ModelCase(id, "indrnn", ("c", "u", "W_in"), _sequence_draw("indrnn", options), _indrnn_loss_and_grad,
-                     _no_extras, parallel_n=9 * rnn.BLOCK + 5)
+                     _no_extras, parallel_n=9 * indrnn_kernels.BLOCK + 5)
 
 
 #: Every model, each with its defaults and with every non-default option at least once.

@@ -3,7 +3,7 @@ the command-line tests: each test mutates one array of a known-good input."""
 import numpy as np
 
 from ntpref.shallow.model import iid_init
-from ntpref.shallow.rnn import rnn_paired_init
+from ntpref.shallow.indrnn import rnn_paired_init
 from ntpref.twostage.data import five_token_example
 
 

@@ -17,7 +17,7 @@ from ntpref.oracle import contract
 from ntpref.oracle.cases import REGIMES, random_cases, stored_cases
 from ntpref.oracle.conformance import AdapterError, cases, check, load_adapter
 from ntpref.oracle.envelope import MULTIPLE
-from ntpref.oracle.npzio import load_npz, save_npz
+from ntpref.npzio import load_npz, save_npz
 from ntpref.oracle.reference import default_root, load_manifest, tolerances_of
 
 ADAPTERS = Path(__file__).resolve().parent / "conformance_adapters"

@@ -20,7 +20,7 @@ import pytest
 
 from ntpref.oracle.cases import random_cases, stored_cases
 from ntpref.oracle.conformance import cases, check
-from ntpref.oracle.npzio import load_npz
+from ntpref.npzio import load_npz
 from ntpref.oracle.reference import default_root
 from ntpref.oracle.tolerance import default_tolerances
 

@@ -8,7 +8,7 @@ import pytest
 from ntpref.checks import as_float, as_int, as_scalar, check_names
 from ntpref.cli import main
 from ntpref.errors import InputError
-from ntpref.oracle.npzio import load_npz, save_npz
+from ntpref.npzio import load_npz, save_npz
 
 
 def test_as_float_rejects_nan_and_wrong_shape():

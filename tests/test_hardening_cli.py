@@ -21,7 +21,7 @@ import ntpref
 from ntpref import sweep
 from ntpref.cli import main
 from ntpref.errors import InputError
-from ntpref.oracle.npzio import load_npz, save_npz
+from ntpref.npzio import load_npz, save_npz
 from ntpref.reproduce import width
 
 from small_inputs import indrnn_eval, shallow_eval, twostage_eval, twostage_train

@@ -1,6 +1,6 @@
 """Reading and writing npz files at the command line: odd paths, special files, hostile zips, damaged .npy
 headers, stale temporaries and file modes. Each case ends in one clear line (exit 2), a correct result,
-or an untouched file (ntpref/oracle/npzio.py, ntpref/oracle/npyheader.py)."""
+or an untouched file (ntpref/npzio.py, ntpref/npyheader.py)."""
 import io
 import os
 import signal
@@ -19,7 +19,7 @@ import pytest
 from ntpref.cli import main
 from ntpref.errors import InputError
 from ntpref.oracle import contract
-from ntpref.oracle.npzio import MAX_MEMBERS, atomic_write, load_npz, save_npz
+from ntpref.npzio import MAX_MEMBERS, atomic_write, load_npz, save_npz
 from ntpref.shallow.model import iid_init
 
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="FIFOs, symbolic links, umask, SIGKILL")
@@ -237,7 +237,7 @@ def test_member_padded_with_compressed_zeros_is_refused_as_a_bomb(tmp_path, cli)
 
 KILLED_WRITER = textwrap.dedent("""
     import os, signal, sys
-    from ntpref.oracle.npzio import atomic_write
+    from ntpref.npzio import atomic_write
 
     def write(fh):
         fh.write(b"PK\\x03\\x04 half a file")
@@ -271,7 +271,7 @@ def test_next_write_removes_stale_temporaries_of_its_own_name_only(tmp_path, inp
 
 LIVE_WRITER = textwrap.dedent("""
     import sys
-    from ntpref.oracle.npzio import atomic_write
+    from ntpref.npzio import atomic_write
 
     def write(fh):
         fh.write(b"from the slow writer")

@@ -14,7 +14,7 @@ SCRIPT = r"""
 import sys
 import numpy as np
 from ntpref.shallow.model import iid_init, loss_and_grad
-from ntpref.shallow.rnn import rnn_loss_and_grad, rnn_paired_init
+from ntpref.shallow.indrnn import rnn_loss_and_grad, rnn_paired_init
 from ntpref.twostage import model
 from ntpref.twostage.data import random_realizable
 

@@ -10,7 +10,7 @@ from ntpref.cli import main
 from ntpref.errors import InputError
 from ntpref.oracle.compare import (EXACT, check_tolerance, compare_arrays, compare_one, load_tolerances,
                                    tolerance)
-from ntpref.oracle.npzio import save_npz
+from ntpref.npzio import save_npz
 
 
 def row(e, a, **tol):
@@ -256,7 +256,7 @@ def test_cli_longdouble_exact_is_a_verdict(files, capsys):
 def paired_case(tmp_path):
     """The stored paired-initialisation case, and an f summed over heads in plain index order
     (f ≈ 1e-16 where the oracle's pair order gives exactly 0)."""
-    from ntpref.oracle.npzio import load_npz
+    from ntpref.npzio import load_npz
     from ntpref.oracle.reference import export, intermediates
 
     export(None, "shallow_eval_paired_init", tmp_path)

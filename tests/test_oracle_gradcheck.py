@@ -7,7 +7,7 @@ import pytest
 from ntpref.cli import main
 from ntpref.errors import InputError
 from ntpref.oracle.gradcheck import gradcheck, numeric_gradient
-from ntpref.oracle.npzio import load_npz, save_npz
+from ntpref.npzio import load_npz, save_npz
 
 
 def quartic(A, b, x):

@@ -13,7 +13,7 @@ import pytest
 from ntpref.cli import main
 from ntpref.errors import ComparisonError, InputError
 from ntpref.oracle import reference, tolerance
-from ntpref.oracle.npzio import load_npz
+from ntpref.npzio import load_npz
 
 REPO_RUNS = Path(reference.__file__).resolve().parents[2] / "reference_runs"
 EVAL_CASE = "twostage_eval_onehot_succ"
@@ -320,7 +320,7 @@ def test_regen_writes_atomically(runs, monkeypatch):
 
 
 def test_regen_refuses_a_changed_input_without_force(runs):
-    from ntpref.oracle.npzio import save_npz
+    from ntpref.npzio import save_npz
 
     path = runs / EVAL_CASE / "input.npz"
     arrays = load_npz(path)

@@ -1,4 +1,4 @@
-"""Shared helpers of the reproduction targets (ntpref.reproduce.common): time grid, configuration
+"""Shared helpers of the reproduction targets (ntpref.reproduce.configs, ntpref.reproduce.stats): time grid, configuration
 selection, grouping by an axis and the 95% CI; the worker thread split of ntpref.sweep.worker_threads."""
 import os
 
@@ -6,53 +6,53 @@ import numpy as np
 import pytest
 
 from ntpref.errors import InputError
-from ntpref.reproduce import common
+from ntpref.reproduce import configs, stats
 from ntpref.sweep import worker_threads
 
 
 def test_time_grid():
-    g = common.time_grid(10000)
+    g = configs.time_grid(10000)
     assert g[0] == 0 and g[-1] == 10000 and np.all(np.diff(g) > 0)
     assert set(range(0, 10001, 10)) <= set(g.tolist())                   # every 10th step
     assert {1, 2, 3} <= set(g.tolist()) and g.size < 1300                # log-spaced start, subsampled
-    np.testing.assert_array_equal(common.time_grid(5), np.arange(6))     # short runs: every step
-    np.testing.assert_array_equal(common.time_grid(0), [0])
+    np.testing.assert_array_equal(configs.time_grid(5), np.arange(6))     # short runs: every step
+    np.testing.assert_array_equal(configs.time_grid(0), [0])
 
 
 def test_time_grid_refuses_negative_length():
     with pytest.raises(InputError, match="^time_grid: T must be >= 0, got -1$"):
-        common.time_grid(-1)
+        configs.time_grid(-1)
 
 
 def test_select_config_most_cells_then_largest():
     quick = [({"seed": s, "m": 8, "T": 10}, {"x": s}) for s in (2, 1)]
     full = [({"seed": 1, "m": 8, "T": 100}, {"x": 9})]
     # the most complete configuration wins; its rows come sorted by seed; the other one is named
-    config, rows, note = common.select_config(quick + full)
+    config, rows, note = configs.select_config(quick + full)
     assert config == {"m": 8, "T": 10} and [p["seed"] for p, _ in rows] == [1, 2]
     assert "'T': 100" in note and "(1 cells)" in note
     # equally many cells: the larger parameter values (a full run over a quick one)
-    config, rows, note = common.select_config(quick[:1] + full)
+    config, rows, note = configs.select_config(quick[:1] + full)
     assert config == {"m": 8, "T": 100} and rows == full
     # several varying axes
-    config, rows, note = common.select_config(quick + [({"seed": 1, "m": 16, "T": 10}, {})], ("seed", "m"))
+    config, rows, note = configs.select_config(quick + [({"seed": 1, "m": 16, "T": 10}, {})], ("seed", "m"))
     assert config == {"T": 10} and len(rows) == 3 and note == ""
 
 
 def test_select_config_needs_a_finished_cell():
     with pytest.raises(InputError, match="^no finished cells to summarize$"):
-        common.select_config([])
+        configs.select_config([])
 
 
 def test_by_axis_and_stats():
     rows = [({"seed": s, "m": m}, {"v": np.float64(m * 10 + s), "curve": np.array([2.0, s])})
             for s in (2, 1, 3) for m in (16, 8)]
-    xs, groups = common.by_axis(rows, "m", "v")
+    xs, groups = configs.by_axis(rows, "m", "v")
     np.testing.assert_array_equal(xs, [8, 16])
     np.testing.assert_array_equal(groups[0], [81, 82, 83])       # ordered by seed
-    xs, groups = common.by_axis(rows, "m", lambda a: a["curve"][1] / a["curve"][0])
+    xs, groups = configs.by_axis(rows, "m", lambda a: a["curve"][1] / a["curve"][0])
     np.testing.assert_array_equal(groups[1], [0.5, 1.0, 1.5])
-    mean, ci = common.stats(groups)
+    mean, ci = stats.stats(groups)
     # 3 seeds: t_{0.975, 2} = 4.303, sample sd 0.5, so the half-width is 4.303 · 0.5 / √3
     np.testing.assert_allclose(mean, [1.0, 1.0])
     np.testing.assert_allclose(ci, 4.303 * 0.5 / np.sqrt(3))

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from ntpref.errors import InputError
-from ntpref.reproduce import approx, common, length, ntk, projsgd, rnn, width
+from ntpref.reproduce import approx, length, ntk, projsgd, rnn, stats, teacher_student, width
 from ntpref.shallow.model import iid_init, paired_init
 from ntpref.shallow.train import proj_gd
 from ntpref.sweep import load_results, run_sweep
@@ -40,19 +40,19 @@ def median_slope(rows, x, key):
     """The log-log slope of the per-x medians of ``key`` over the rows, computed here from the cells."""
     xs = sorted({p[x] for p, _ in rows})
     med = [np.median([a[key] for p, a in rows if p[x] == v]) for v in xs]
-    return common.loglog_slope(xs, med)[0]
+    return stats.loglog_slope(xs, med)[0]
 
 
 # ---- teacher-student: width, approx, length, projsgd -------------------------------------------------
 
 def test_teacher_data_teachers():
-    diag = common.teacher_data(1, 60, 4, 16, "diagonal")
-    full = common.teacher_data(1, 60, 4, 16, "full")
+    diag = teacher_student.teacher_data(1, 60, 4, 16, "diagonal")
+    full = teacher_student.teacher_data(1, 60, 4, 16, "full")
     np.testing.assert_array_equal(diag.X_train, full.X_train)      # both teachers label the same inputs
     assert diag.config.teacher_attention == "diagonal" and full.config.teacher_attention == "full"
     assert np.max(np.abs(diag.y_train - full.y_train)) > 1e-3 * np.max(np.abs(full.y_train))
     with pytest.raises(InputError, match="teacher must be one of diagonal, full, got 'half'"):
-        common.teacher_data(1, 60, 4, 16, "half")
+        teacher_student.teacher_data(1, 60, 4, 16, "half")
 
 
 def test_width_slopes_fitted_to_medians(tmp_path):
@@ -77,32 +77,32 @@ def test_width_slopes_fitted_to_medians(tmp_path):
 def _teacher_heads(seed, n, T, K):
     """The teacher's (U, W) draws, from the documented draw order of teacher_student."""
     rng = np.random.default_rng(seed)
-    rng.standard_normal((n, T, common.D))
-    rng.choice(n, size=common.R, replace=False)
-    rng.standard_normal(common.R)
-    return rng.standard_normal((K, common.D)), rng.standard_normal((K, common.D, common.D))
+    rng.standard_normal((n, T, teacher_student.D))
+    rng.choice(n, size=teacher_student.R, replace=False)
+    rng.standard_normal(teacher_student.R)
+    return rng.standard_normal((K, teacher_student.D)), rng.standard_normal((K, teacher_student.D, teacher_student.D))
 
 
 @pytest.mark.parametrize("teacher", ["diagonal", "full"])
 def test_approx_error_is_zero_with_the_teachers_own_heads(teacher):
     # f_lin with the teacher's K heads is the teacher's own sum (1/K) Σ_k ⟨φ(X; θ_k), v(θ_k)⟩ (c_k² = 1 for
     # any signs), so the approximation error is rounding only; a width-16 draw is far from it.
-    data = common.teacher_data(3, 50, 4, 32, teacher)
+    data = teacher_student.teacher_data(3, 50, 4, 32, teacher)
     X = np.concatenate([data.X_train, data.X_val])
     y = np.concatenate([data.y_train, data.y_val])
     U, W = _teacher_heads(3, 50, 4, 32)
     signs = np.where(np.arange(32) % 3 == 0, -1.0, 1.0)
     assert approx.approx_error(X, y, data, (signs, U, W), teacher) < 1e-13 * np.max(np.abs(y))
-    assert approx.approx_error(X, y, data, paired_init(16, common.D, 9), teacher) > 1e-2 * np.max(np.abs(y))
+    assert approx.approx_error(X, y, data, paired_init(16, teacher_student.D, 9), teacher) > 1e-2 * np.max(np.abs(y))
 
 
 def test_approx_error_of_iid_heads_is_paired_at_twice_the_width():
     # The authors' script draws m independent heads; paired_init(2m) holds the same m draws twice (c_i² = 1),
     # so both give the same f_lin and the same error (to rounding: the sums run over different terms).
-    data = common.teacher_data(2, 60, 4, 32, "diagonal")
+    data = teacher_student.teacher_data(2, 60, 4, 32, "diagonal")
     X, y = data.X_train, data.y_train
-    iid = approx.approx_error(X, y, data, iid_init(8, common.D, 11), "diagonal")
-    assert approx.approx_error(X, y, data, paired_init(16, common.D, 11), "diagonal") == pytest.approx(iid, rel=1e-12)
+    iid = approx.approx_error(X, y, data, iid_init(8, teacher_student.D, 11), "diagonal")
+    assert approx.approx_error(X, y, data, paired_init(16, teacher_student.D, 11), "diagonal") == pytest.approx(iid, rel=1e-12)
 
 
 def test_approx_errors_decrease(tmp_path):
@@ -137,7 +137,7 @@ def test_length_summary(tmp_path):
     # the two sweeps' cells are told apart by 'sweep' (T = 4, m = 8, all samples occurs in both)
     assert sum(p["sweep"] == "T" for p, _ in rows) == 2
     for p, a in rows:
-        data = common.teacher_data(p["seed"], p["n"], p["T"], p["K"], "diagonal")
+        data = teacher_student.teacher_data(p["seed"], p["n"], p["T"], p["K"], "diagonal")
         # L(0) of the relative loss: the paired initialisation has f = 0 exactly, so the first (pre-update)
         # training loss is the mean of y² over the training samples (κ = 2), and ProjGD lowers it
         y = data.y_train[:p["n_train"]]
@@ -180,7 +180,7 @@ def test_projsgd_target(tmp_path):
 
 def test_head_movement_and_kernel_drift_closed_forms():
     theta0 = paired_init(4, 3, 5)
-    X = common.teacher_data(1, 40, 4, 8).X_train[:10, :, :3]
+    X = teacher_student.teacher_data(1, 40, 4, 8).X_train[:10, :, :3]
     assert not ntk.head_movement(theta0, theta0, 3.0).any()          # zero at t = 0
     assert ntk.kernel_drift(X, ntk.ntk_gram(X, *theta0), theta0) == 0.0   # zero steps: no drift
     # one head moved by a known amount in each block: ratio = ‖Δ‖ / (ρ/√m) = ‖Δ‖ · √4 / 3
@@ -209,8 +209,8 @@ def test_projection_binding_detected_and_prefix_runs():
     # A radius small enough to bind: the projected and unprojected runs agree bitwise up to the first
     # step the projection acts, the projected heads never leave their balls and some sit on the boundary;
     # a run of t steps is the prefix of a longer run (the checkpoints rely on it).
-    data = common.teacher_data(2, 80, 4, 16)
-    theta0 = paired_init(8, common.D, 7)
+    data = teacher_student.teacher_data(2, 80, 4, 16)
+    theta0 = paired_init(8, teacher_student.D, 7)
     kw = dict(eta=0.2, steps=30)
     proj = proj_gd("shallow", data.X_train, data.y_train, theta0, rho=(0.02,) * 3, **kw)
     free = proj_gd("shallow", data.X_train, data.y_train, theta0, **kw)
@@ -240,7 +240,7 @@ def test_ntk_target(tmp_path):
     # measured 2.4e-3, 8.8e-4, 2.6e-4: the kernel moves less the wider the student
     assert train[64]["drift"][-1] < train[16]["drift"][-1] < train[4]["drift"][-1]
     assert s.numbers["drift_slope"] == pytest.approx(
-        common.loglog_slope([4, 16, 64], [train[m]["drift"][-1] for m in (4, 16, 64)])[0], rel=1e-12)
+        stats.loglog_slope([4, 16, 64], [train[m]["drift"][-1] for m in (4, 16, 64)])[0], rel=1e-12)
     gram = {(p["m"], p["n_gram"]): a["lambda_min"] for p, a in rows if p["kind"] == "gram"}
     limit = {p["n_gram"]: a["lambda_min"] for p, a in rows if p["kind"] == "limit"}
     for n_gram in (20, 40):

@@ -14,7 +14,7 @@ import pytest
 
 from ntpref.errors import InputError
 from ntpref.reproduce import figure2, generalization, run_target
-from ntpref.reproduce.common import time_grid
+from ntpref.reproduce.configs import time_grid
 from ntpref.twostage.data import Dataset, UnseenSplit, five_token_example, observed_relations, random_realizable
 from ntpref.twostage.generalization import needs_transitive_step, unseen_parts
 from ntpref.twostage.svm import W_kq_star

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from ntpref.oracle import contract
-from ntpref.oracle.npzio import load_npz, save_npz
+from ntpref.npzio import load_npz, save_npz
 from ntpref.shallow.model import iid_init
 from ntpref.sweep import load_results, run_sweep
 

@@ -14,9 +14,9 @@ from ntpref.checks import MAX_STEPS
 from ntpref.cli import main
 from ntpref.errors import InfeasibleError, InputError
 from ntpref.oracle import contract
-from ntpref.oracle.npzio import load_npz, save_npz
+from ntpref.npzio import load_npz, save_npz
 from ntpref.shallow.model import loss_and_grad, paired_init
-from ntpref.shallow.rnn import rnn_loss_and_grad, rnn_paired_init
+from ntpref.shallow.indrnn import rnn_loss_and_grad, rnn_paired_init
 from ntpref.shallow.train import proj_gd
 from ntpref.twostage.data import Dataset, check_realizable, five_token_example
 from ntpref.twostage.model import forward

@@ -12,7 +12,7 @@ import pytest
 from common_checks import check_backends_agree, indrnn_case, twostage_case
 from ntpref.oracle import contract
 from ntpref.shallow.model import iid_init, loss_and_grad, paired_init
-from ntpref.shallow.rnn import rnn_loss_and_grad, rnn_paired_init
+from ntpref.shallow.indrnn import rnn_loss_and_grad, rnn_paired_init
 from ntpref.shallow.train import proj_gd
 from ntpref.twostage import model as tm
 from ntpref.twostage.data import Dataset, five_token_example
@@ -267,7 +267,7 @@ def test_library_refuses_overflowing_outputs(backend, rng):
     """Finite inputs whose result overflows float64 raise InputError naming the output (never a quiet inf/NaN)."""
     from ntpref.errors import InputError
     from ntpref.shallow.model import forward, loss_and_grad, paired_init
-    from ntpref.shallow.rnn import rnn_forward, rnn_loss_and_grad, rnn_paired_init
+    from ntpref.shallow.indrnn import rnn_forward, rnn_loss_and_grad, rnn_paired_init
 
     X = np.abs(rng.standard_normal((3, 4, 2))) + 0.1          # positive tokens: sigma saturates at +1 below
     c, U, W = paired_init(4, 2, seed=0)

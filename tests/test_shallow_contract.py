@@ -5,9 +5,9 @@ import pytest
 from ntpref.cli import main
 from ntpref.errors import InputError
 from ntpref.oracle import contract
-from ntpref.oracle.npzio import load_npz, save_npz
+from ntpref.npzio import load_npz, save_npz
 from ntpref.shallow.model import iid_init, loss_and_grad
-from ntpref.shallow.rnn import rnn_loss_and_grad, rnn_paired_init
+from ntpref.shallow.indrnn import rnn_loss_and_grad, rnn_paired_init
 from ntpref.shallow.train import proj_gd
 
 

@@ -10,7 +10,8 @@ import pytest
 from common_checks import check_backends_agree, indrnn_case
 from ntpref.errors import InputError
 from ntpref.shallow.data import scale_tokens
-from ntpref.shallow.rnn import BLOCK, rnn_forward, rnn_loss_and_grad, rnn_paired_init
+from ntpref.shallow.indrnn_kernels import BLOCK
+from ntpref.shallow.indrnn import rnn_forward, rnn_loss_and_grad, rnn_paired_init
 
 ACTS = ("tanh", "erf")
 

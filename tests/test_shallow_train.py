@@ -9,7 +9,7 @@ from ntpref.shallow.data import scale_tokens
 from ntpref.shallow.model import (batch, batch_forward, batch_loss_and_grad, forward, iid_init, loss_and_grad,
                                   loss_from_outputs, paired_init)
 from ntpref.shallow.projection import head_radii, project, project_block
-from ntpref.shallow.rnn import (rnn_batch, rnn_batch_forward, rnn_batch_loss_and_grad, rnn_forward,
+from ntpref.shallow.indrnn import (rnn_batch, rnn_batch_forward, rnn_batch_loss_and_grad, rnn_forward,
                                 rnn_loss_and_grad, rnn_paired_init)
 from ntpref.shallow.train import proj_gd
 

@@ -12,7 +12,7 @@ import pytest
 from ntpref.errors import InputError
 from ntpref.oracle import contract, reference, tolerance
 from ntpref.oracle.compare import compare_arrays
-from ntpref.oracle.npzio import load_npz
+from ntpref.npzio import load_npz
 
 REPO_RUNS = Path(reference.__file__).resolve().parents[2] / "reference_runs"
 MANIFEST = reference.load_manifest(REPO_RUNS)
@@ -172,7 +172,7 @@ def gen_shallow(seed, paired=True, **options):
 
 
 def gen_indrnn(seed):
-    from ntpref.shallow.rnn import rnn_paired_init
+    from ntpref.shallow.indrnn import rnn_paired_init
 
     rng = np.random.default_rng(seed)
     c, u, W_in = rnn_paired_init(6, 3, seed)

@@ -5,7 +5,7 @@ import pytest
 from ntpref.cli import main
 from ntpref.errors import InputError
 from ntpref.oracle import contract
-from ntpref.oracle.npzio import load_npz, save_npz
+from ntpref.npzio import load_npz, save_npz
 from ntpref.twostage import model
 from ntpref.twostage.data import Dataset, five_token_example
 from ntpref.twostage.train import two_stage

@@ -14,7 +14,7 @@ import pytest
 
 from ntpref.cli import main
 from ntpref.errors import InfeasibleError
-from ntpref.oracle.npzio import load_npz, save_npz
+from ntpref.npzio import load_npz, save_npz
 from ntpref.twostage.data import Dataset, five_token_example, observed_relations
 from ntpref.twostage.least_norm import least_norm
 from ntpref.twostage.svm import W_kq_star, W_ov_star

@@ -252,7 +252,7 @@ def _samples(rng, n: int, T: int, d: int) -> dict:
 
 def _heads(rng, model: str, m: int, d: int, paired: bool) -> dict:
     from ..shallow.model import iid_init, paired_init
-    from ..shallow.rnn import rnn_paired_init
+    from ..shallow.indrnn import rnn_paired_init
 
     seed = int(rng.integers(2 ** 31))
     if model == "indrnn":

@@ -345,7 +345,7 @@ def policy_tolerances(input_path, expected: Mapping[str, np.ndarray]) -> dict[st
     InputErrors name the file."""
     from ..checks import as_scalar
     from .contract import MODELS
-    from .npzio import load_npz
+    from ..npzio import load_npz
     from .tolerance import default_tolerances, run_kind
 
     inputs = load_npz(input_path)
@@ -359,7 +359,7 @@ def policy_tolerances(input_path, expected: Mapping[str, np.ndarray]) -> dict[st
 
 
 def _handle(args) -> int:
-    from .npzio import load_npz
+    from ..npzio import load_npz
 
     bounds = any(v is not None for v in (args.rtol, args.atol, args.atol_max_scale))
     if sum((bool(args.tolerances), bool(args.input), bounds)) > 1:

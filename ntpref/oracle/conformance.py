@@ -308,7 +308,7 @@ def _adapter_traceback(exc: BaseException) -> str:
 
 
 def _handle(args) -> int:
-    from .npzio import atomic_write
+    from ..npzio import atomic_write
 
     try:
         adapter = load_adapter(args.adapter)

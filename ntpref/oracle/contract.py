@@ -69,7 +69,7 @@ def run_file(kind: str, input_path, output_path, backend: str = "numba",
 
     Errors (InputError, InfeasibleError) are re-raised with the same type, prefixed with the input file's name.
     """
-    from .npzio import load_npz, save_npz
+    from ..npzio import load_npz, save_npz
 
     arrays = load_npz(input_path)
     try:

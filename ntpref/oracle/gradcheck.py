@@ -124,7 +124,7 @@ def _check(targets: Mapping[str, tuple[Callable[[dict], float], str]], inputs: M
 
 def _handle(args) -> int:
     from . import contract
-    from .npzio import load_npz
+    from ..npzio import load_npz
 
     inputs = load_npz(args.input)
     try:

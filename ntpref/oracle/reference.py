@@ -50,7 +50,7 @@ import numpy as np
 from ..checks import as_scalar
 from ..errors import ComparisonError, InputError
 from .compare import Report, check_tolerance, compare_arrays
-from .npzio import atomic_write, load_npz, save_npz
+from ..npzio import atomic_write, load_npz, save_npz
 from .tolerance import attention_options, default_tolerances
 
 FORMAT_VERSION = 1

@@ -200,7 +200,7 @@ def indrnn_scales(X, y, c, u, W_in, kappa: float, activation: str) -> Scales:
     h_t and pre-activations p_t of the oracle's recurrence: M(p_t) = |W_in| |x_t| + |u| M(h_{t−1}),
     M(h_t) = |h_t| + |σ'(p_t)| M(p_t), and backwards through time M(ε_t) = M(δ_t)|σ'| + |δ_t|(|σ'| + M(p_t))."""
     from ..shallow.activation import dsigma_np
-    from ..shallow.rnn import _hidden_np
+    from ..shallow.indrnn import _hidden_np
 
     n, T, d = X.shape
     m = c.shape[0]

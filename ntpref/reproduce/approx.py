@@ -1,8 +1,8 @@
 """Approximation error and linearisation error vs the width m (docs/shallow.md §5, the authors' two other
 width experiments), log–log, mean ± 95% CI and medians over seeds, power laws fitted to the medians.
 
-Data: the teacher–student data sets of :mod:`ntpref.reproduce.width` (:func:`ntpref.reproduce.common.teacher_data`,
-both teachers of :data:`ntpref.reproduce.common.TEACHERS` on the same inputs); all n inputs (training and
+Data: the teacher–student data sets of :mod:`ntpref.reproduce.width` (:func:`ntpref.reproduce.teacher_student.teacher_data`,
+both teachers of :data:`ntpref.reproduce.teacher_student.TEACHERS` on the same inputs); all n inputs (training and
 validation).
 
 Approximation error, max_j |f_lin(X_j; θ̄) − y_j|: the initial heads θ0 are moved by the teacher's
@@ -36,8 +36,10 @@ import numpy as np
 from ..shallow.model import forward, paired_init
 from ..shallow.ntk import attention_weights, jvp, linearized_f, transport, transport_map, worst_case_delta
 from . import Summary
-from .common import (D, INIT_SEED_OFFSET, NU, RHO, TEACHERS, axis_table, by_axis, loglog_panel, medians, pyplot,
-                     save_figure, select_config, stats, teacher_data)
+from .configs import by_axis, select_config
+from .plots import loglog_panel, pyplot, save_figure
+from .stats import axis_table, medians, stats
+from .teacher_student import D, INIT_SEED_OFFSET, NU, RHO, TEACHERS, teacher_data
 
 DESCRIPTION = "approximation and linearisation errors vs width m (both teachers; log-log, median fits)"
 

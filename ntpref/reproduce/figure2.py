@@ -5,7 +5,7 @@ One cell = one seed: a random realizable dataset (``random_realizable(K, N, seed
 E = I, d = K) trained by Algorithm 1 (``two_stage``: zero init, η0 = 0.2/√d, η = 0.05/√d, stable
 direction) for T0 stage-1 and T stage-2 updates, plus stage 1 once more from a random W_ov (the
 *random-init variant*, below). The cell stores the per-step metrics on a subsampled time grid
-(:func:`ntpref.reproduce.common.time_grid`: about 1000 evenly and 200 log-spaced steps, always containing 0
+(:func:`ntpref.reproduce.configs.time_grid`: about 1000 evenly and 200 log-spaced steps, always containing 0
 and the last step):
 
   t1 [n1]                            stage-1 steps; loss0 (L0), corr_ov ρ(W_ov, W_ov*), norm_ov ‖W_ov‖_F
@@ -49,8 +49,9 @@ from ..errors import InputError
 from ..twostage.data import random_realizable
 from ..twostage.train import two_stage
 from . import Summary
-from .common import (band, geometric_rate, loglog_slope, mean_row, per_seed_config, pyplot, save_figure, seed_cells,
-                     time_grid)
+from .configs import per_seed_config, seed_cells, time_grid
+from .plots import band, pyplot, save_figure
+from .stats import geometric_rate, loglog_slope, mean_row
 
 DESCRIPTION = ("two-stage Figure 2: six panels (L0, rho, norms; L, L*, rho, norms), 1 - rho on log-log axes, "
                "geometric rate of L - L* vs the predicted rate")

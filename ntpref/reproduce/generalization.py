@@ -2,7 +2,7 @@
 
 One cell = one seed: a random realizable dataset (``random_realizable(K, N, seed=seed)``, lengths 2..6, hidden
 orders known) is trained by Algorithm 1 (zero init, η0 = 0.2/√d, η = 0.05/√d, T0 and T updates), and at
-checkpoints over stage-2 time (:func:`ntpref.reproduce.common.time_grid`, about 100 evenly spaced and 30
+checkpoints over stage-2 time (:func:`ntpref.reproduce.configs.time_grid`, about 100 evenly spaced and 30
 log-spaced steps) the model is evaluated on two sets of sentences absent from the training set:
 
   n_unseen sentences of the training lengths 2..6
@@ -38,7 +38,9 @@ from tabulate import tabulate
 from ..twostage.data import random_realizable, unseen_sentences
 from ..twostage.generalization import METRICS, generalization_curve, unseen_parts
 from . import Summary
-from .common import band, mean_row, per_seed_config, pyplot, save_figure, seed_cells, time_grid
+from .configs import per_seed_config, seed_cells, time_grid
+from .plots import band, pyplot, save_figure
+from .stats import mean_row
 
 DESCRIPTION = ("two-stage generalization: accuracy, attention, p(n(x)|X) on closure-determined, closure-only and "
                "non-comparable unseen sentences, at the training lengths and longer")

@@ -29,8 +29,10 @@ from tabulate import tabulate
 
 from ..errors import InputError
 from . import Summary
-from .common import (D, TRAIN_FRACTION, axis_table, by_axis, loglog_panel, loglog_slope, medians, pyplot,
-                     save_figure, select_config, stats, teacher_data, train_student)
+from .configs import by_axis, select_config
+from .plots import loglog_panel, pyplot, save_figure
+from .stats import axis_table, loglog_slope, medians, stats
+from .teacher_student import D, TRAIN_FRACTION, teacher_data, train_student
 
 DESCRIPTION = "sequence length T and sample size n sweeps: raw min loss vs T, width needed vs n, validation loss"
 

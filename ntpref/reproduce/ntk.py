@@ -38,8 +38,10 @@ from ..shallow.model import paired_init
 from ..shallow.ntk import limit_kernel, min_eigenvalue, ntk_gram
 from ..shallow.train import proj_gd
 from . import Summary
-from .common import (D, INIT_SEED_OFFSET, RHO, by_axis, loglog_panel, mean_ci, medians, pyplot, save_figure,
-                     select_config, stats, student_eta, teacher_data)
+from .configs import by_axis, select_config
+from .plots import loglog_panel, pyplot, save_figure
+from .stats import mean_ci, medians, stats
+from .teacher_student import D, INIT_SEED_OFFSET, RHO, student_eta, teacher_data
 
 DESCRIPTION = "NTK-regime diagnostics: per-head movement vs the radius, lambda_min of the NTK, kernel drift vs m"
 

@@ -17,8 +17,10 @@ import numpy as np
 from tabulate import tabulate
 
 from . import Summary
-from .common import (D, by_axis, ci_errorbar, loglog_panel, medians, pyplot, save_figure, select_config, stats,
-                     teacher_data, train_student)
+from .configs import by_axis, select_config
+from .plots import ci_errorbar, loglog_panel, pyplot, save_figure
+from .stats import medians, stats
+from .teacher_student import D, teacher_data, train_student
 
 DESCRIPTION = "ProjGD vs ProjSGD (two batch sizes): min training loss vs width m"
 

@@ -35,11 +35,13 @@ from tabulate import tabulate
 from ..errors import InputError
 from ..shallow.data import autoregressive
 from ..shallow.model import paired_init
-from ..shallow.rnn import rnn_paired_init
+from ..shallow.indrnn import rnn_paired_init
 from ..shallow.train import adapter, proj_gd
 from . import Summary
-from .common import (INIT_SEED_OFFSET, TRAIN_FRACTION, by_axis, ci_errorbar, mean_ci, pyplot, save_figure,
-                     select_config, stats)
+from .configs import by_axis, select_config
+from .plots import ci_errorbar, pyplot, save_figure
+from .stats import mean_ci, stats
+from .teacher_student import INIT_SEED_OFFSET, TRAIN_FRACTION
 
 DESCRIPTION = "transformer vs IndRNN on AR(L): min validation MSE, gradient-norm block maxima and validation curves"
 

@@ -5,27 +5,29 @@ does), for the authors' teacher and the full-W teacher.
 Setting (the authors' training script and README command): d = 8 tokens of T = 16 per input (i.i.d.
 N(0, I) scaled to norm ≤ 1), the kernel-machine teacher of :func:`ntpref.shallow.data.teacher_student`
 (R = 16 anchors, ν = 3, K random heads), 80/20 train/validation split. Two teachers
-(:data:`ntpref.reproduce.common.TEACHERS`, both labelling the same inputs): "diagonal", the authors' code
+(:data:`ntpref.reproduce.teacher_student.TEACHERS`, both labelling the same inputs): "diagonal", the authors' code
 (attention logits from diag(W_k)), and "full", the theory's kernel. Student: the shallow transformer
 (full W) with paired initialisation, full-batch ProjGD for ``steps`` steps with η = 1.75/√steps and ρ = 3
 for all three blocks, loss = mean squared error (κ = 2). Metric: the minimum over the steps of the
 pre-update training loss.
 
 Seeds. The data seed s draws the tokens, anchors and teacher heads; the student's initial heads come from
-seed s + :data:`ntpref.reproduce.common.INIT_SEED_OFFSET`, so they are never the same random numbers as the
+seed s + :data:`ntpref.reproduce.teacher_student.INIT_SEED_OFFSET`, so they are never the same random numbers as the
 data. The authors split by a random permutation; here the first 80% of the i.i.d. samples train (the same
 distribution).
 
 Teacher reuse. Every width of a (seed, teacher) trains on the same data set, built once per worker process
-by :func:`ntpref.reproduce.common.teacher_data` (in-memory cache).
+by :func:`ntpref.reproduce.teacher_student.teacher_data` (in-memory cache).
 """
 from __future__ import annotations
 
 from pathlib import Path
 
 from . import Summary
-from .common import (D, TEACHERS, axis_table, by_axis, loglog_panel, medians, pyplot, save_figure,
-                     select_config, stats, teacher_data, train_student)
+from .configs import by_axis, select_config
+from .plots import loglog_panel, pyplot, save_figure
+from .stats import axis_table, medians, stats
+from .teacher_student import D, TEACHERS, teacher_data, train_student
 
 DESCRIPTION = "teacher-student: min training loss vs width m (authors' and full-W teacher), log-log, median fit"
 

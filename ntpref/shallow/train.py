@@ -26,7 +26,7 @@ from ..checks import as_float, as_scalar
 from ..errors import InputError, NonFiniteError
 from ..progress import silent
 from . import model as transformer
-from . import rnn
+from . import indrnn
 from .model import check_kappa, check_X, loss_from_outputs
 from .projection import head_radii, project
 
@@ -54,7 +54,7 @@ MODELS = {
     "shallow": ModelAdapter("shallow", ("c", "U", "W"), ("tau_att", "mask_last_key", "activation"),
                             transformer.batch, transformer.batch_forward, transformer.batch_loss_and_grad, "W"),
     "indrnn": ModelAdapter("indrnn", ("c", "u", "W_in"), ("activation",),
-                           rnn.rnn_batch, rnn.rnn_batch_forward, rnn.rnn_batch_loss_and_grad, "u"),
+                           indrnn.rnn_batch, indrnn.rnn_batch_forward, indrnn.rnn_batch_loss_and_grad, "u"),
 }
 
 

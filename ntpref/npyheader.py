@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import InputError
+from .errors import InputError
 
 MAGIC = b"\x93NUMPY"
 #: Longest header accepted (bytes); NumPy writes 128 bytes for the arrays of the contract.

@@ -4,7 +4,7 @@ Reading: the input must be a regular file (a directory, FIFO or device is refuse
 a FIFO never blocks); it is never unpickled. The zip directory is checked before anything is decompressed:
 at most :data:`MAX_MEMBERS` members, each named ``NAME.npy`` and each name once, adding up to at most the
 memory budget (:func:`memory_budget`, 4 GiB unless ``NTPREF_MAX_NPZ_BYTES`` says otherwise). Then each
-member's ``.npy`` header is read and checked (ntpref.oracle.npyheader) and the member must hold exactly
+member's ``.npy`` header is read and checked (ntpref.npyheader) and the member must hold exactly
 that header and the data it describes, no byte less or more; its CRC is verified as it is read. A member
 matching its own header is legitimate whatever its compression ratio (zeros compress 1000x); only memory
 counts, against the budget.
@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import InputError
+from .errors import InputError
 from .npyheader import dtype_problem, read_header
 
 #: Most members (arrays) an npz file may hold, read or written.
