@@ -1,12 +1,14 @@
-"""Shared helpers of the reproduction targets (ntpref.reproduce.configs, ntpref.reproduce.stats): time grid, configuration
-selection, grouping by an axis and the 95% CI; the worker thread split of ntpref.sweep.worker_threads."""
+"""Shared helpers of the reproduction targets (ntpref.reproduce.configs, ntpref.reproduce.stats): time grid,
+configuration selection, grouping by an axis and the 95% CI; the seed count of ``--seeds``; the worker thread
+split of ntpref.sweep.worker_threads."""
 import os
 
 import numpy as np
 import pytest
 
 from ntpref.errors import InputError
-from ntpref.reproduce import configs, stats
+from ntpref.cli import main
+from ntpref.reproduce import configs, rnn, stats, with_seeds
 from ntpref.sweep import worker_threads
 
 
@@ -71,3 +73,21 @@ def test_worker_threads_splits_the_cores(monkeypatch):
     monkeypatch.setenv("NUMBA_NUM_THREADS", "3")
     with worker_threads(2):
         assert os.environ["NUMBA_NUM_THREADS"] == "3"     # the user's setting wins
+
+
+def test_with_seeds_takes_the_first_seeds():
+    assert with_seeds({"seeds": 10, "T": 5}, 3) == {"seeds": 3, "T": 5}          # a count: seeds 0..2
+    full = rnn.SIZES["full"]
+    assert with_seeds(full, 5)["seeds"] == (1, 2, 3, 4, 5)                      # a tuple: seeds 1..5
+    assert {k: v for k, v in with_seeds(full, 5).items() if k != "seeds"} == \
+        {k: v for k, v in full.items() if k != "seeds"}
+    assert with_seeds(full, None) is full
+    first = rnn.cells(**with_seeds(full, 5))
+    assert first == rnn.cells(**full)[:len(first)] and len(first) == 5 * 4 * 2   # seed-major: a prefix
+    with pytest.raises(InputError, match="--seeds: this target has no seeds"):
+        with_seeds({"T": 5}, 2)
+
+
+def test_seeds_must_be_a_positive_count(capsys):
+    assert main(["reproduce", "twostage", "--seeds", "0"]) == 2
+    assert "expected a whole number >= 1, got '0'" in capsys.readouterr().err

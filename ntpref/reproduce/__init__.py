@@ -8,6 +8,10 @@ A *target* is a module in this package with
   cell(**params) -> dict[str, array]    computes one cell (module level, so it can be shipped to workers)
   summarize(results, outdir) -> Summary builds the table and the PNG figures from the results directory
 
+``--seeds N`` runs the first N seeds of a size instead of its own number (fewer for a long run that must
+fit a time budget, more for tighter intervals); the cells of the other seeds are unaffected, so runs with
+different N share their finished cells.
+
 Results go to ``OUT/TARGET/SIZE/cells/`` (one file per cell; a rerun resumes), the figures and
 ``summary.txt`` to ``OUT/TARGET/SIZE/`` (SIZE = quick | full). Summaries are built from the directory
 alone (``--summarize-only`` rebuilds them).
@@ -52,10 +56,21 @@ def target_module(name: str):
     return importlib.import_module(f"{__name__}.{TARGETS[name]}")
 
 
+def with_seeds(config: dict, seeds: int | None) -> dict:
+    """``config`` (keyword arguments of a target's ``cells``) with its first ``seeds`` seeds: a count of
+    seeds stays a count (seeds 0..N−1), a tuple of seeds becomes 1..N. None: ``config`` unchanged."""
+    if seeds is None:
+        return config
+    if "seeds" not in config:
+        raise InputError("--seeds: this target has no seeds")
+    return {**config, "seeds": seeds if isinstance(config["seeds"], int) else tuple(range(1, seeds + 1))}
+
+
 def run_target(name: str, size: str = "quick", out: str | Path = "results", *, workers: int = 1,
                scheduler: str | None = None, dask_local: int | None = None, summarize_only: bool = False,
-               progress=None) -> Summary:
-    """Run (or resume) target ``name`` at ``size`` ("quick" | "full"), then summarize it."""
+               seeds: int | None = None, progress=None) -> Summary:
+    """Run (or resume) target ``name`` at ``size`` ("quick" | "full"), then summarize it; ``seeds``: run
+    the first N seeds instead of the size's own (:func:`with_seeds`)."""
     from ..sweep import load_results, run_sweep
 
     mod = target_module(name)
@@ -63,7 +78,7 @@ def run_target(name: str, size: str = "quick", out: str | Path = "results", *, w
         raise InputError(f"target {name!r} has no size {size!r}; sizes: {', '.join(mod.SIZES)}")
     outdir = Path(out) / name / size
     celldir = outdir / "cells"
-    cells = mod.cells(**mod.SIZES[size])
+    cells = mod.cells(**with_seeds(mod.SIZES[size], seeds))
     if not summarize_only:
         run_sweep(mod.cell, cells, celldir, workers=workers, scheduler=scheduler,
                   dask_local=dask_local, progress=progress, label=f"reproduce {name} ({size})")
@@ -91,7 +106,8 @@ def _handler(args) -> int:
         start = time.perf_counter()
         s = run_target(name, "full" if args.full else "quick", args.out, workers=args.workers,
                        scheduler=args.scheduler, dask_local=args.dask_local,
-                       summarize_only=args.summarize_only, progress=Progress(enabled=not args.quiet))
+                       summarize_only=args.summarize_only, seeds=args.seeds,
+                       progress=Progress(enabled=not args.quiet))
         print(f"== {name} ({time.perf_counter() - start:.1f} s)\n{s.table}")
         for f in s.figures:
             print(f"figure: {f}")
@@ -99,7 +115,7 @@ def _handler(args) -> int:
 
 
 def _count(text: str) -> int:
-    """A command-line count of workers: a whole number >= 1."""
+    """A command-line count (workers, seeds): a whole number >= 1."""
     try:
         value = int(text)
     except ValueError:
@@ -125,6 +141,8 @@ def register(subparsers) -> None:
     dist.add_argument("--scheduler", metavar="tcp://HOST:PORT",
                       help=f"run cells on a Dask distributed cluster (it must answer within {SCHEDULER_TIMEOUT} s)")
     dist.add_argument("--dask-local", type=_count, metavar="N", help="start a local Dask cluster of N workers")
+    p.add_argument("--seeds", type=_count, metavar="N",
+                   help="run (or summarize) the first N seeds instead of the size's own number")
     p.add_argument("--summarize-only", action="store_true", help="rebuild table and figures from finished cells")
     p.add_argument("--list", action="store_true", help="list the targets")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress output")
