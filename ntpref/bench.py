@@ -4,8 +4,8 @@ A *case* is a model at one size; an *implementation* turns a case's inputs into 
 ``step()`` that computes the loss and every gradient once. :func:`run` times every implementation on
 every case for each thread count (median and minimum of ``repeats`` runs after ``warmup`` calls,
 wall clock, same process, implementations interleaved) and returns :class:`Timing` rows; :func:`table`, :func:`slopes` and :func:`figure`
-report them. This module times the ntpref backends ("ntpref numba", "ntpref numpy");
-scripts/bench.py adds PyTorch and JAX implementations of the same models (ntpref never imports them).
+report them. This module times the ntpref backends ("ntpref numba", "ntpref numpy"); ``python -m
+scripts.bench`` adds PyTorch and JAX implementations of the same models (ntpref never imports them).
 
 Cases (the papers' settings, :func:`paper_cases`):
   twostage  K = 20 tokens, N = 200 sentences, lengths uniform on 2..6, one-hot E (d = K)
@@ -428,7 +428,7 @@ def report(rows: Sequence[Timing], extras: dict | None = None) -> str:
 def main(implementations: Sequence[Implementation], *, quick: bool = False, threads: Sequence[int] = (1, 2),
          repeats: int = 7, scaling: bool = True, models: Sequence[str] = MODELS, figure_path: str | None = None,
          json_path: str | None = None, whole_runs: bool = True, quiet: bool = False) -> str:
-    """Run the benchmark and return the report text (also used by scripts/bench.py)."""
+    """Run the benchmark and return the report text (also used by ``python -m scripts.bench``)."""
     for m in models:
         if m not in MODELS:
             raise InputError(f"unknown model {m!r}; known: {', '.join(MODELS)}")
@@ -463,7 +463,7 @@ def main(implementations: Sequence[Implementation], *, quick: bool = False, thre
 # ---- command line -----------------------------------------------------------------------------------
 
 def add_arguments(p) -> None:
-    """The options shared by ``ntpref bench`` and scripts/bench.py."""
+    """The options shared by ``ntpref bench`` and ``python -m scripts.bench``."""
     p.add_argument("--quick", action="store_true", help="3 repeats, shorter scaling series")
     p.add_argument("--threads", type=int, nargs="+", default=[1, 2], help="thread counts (default 1 2)")
     p.add_argument("--repeats", type=int, default=7, help="timed runs per measurement (median; default 7)")
@@ -487,8 +487,9 @@ def run_from_args(args, extra: Sequence[Implementation] = ()) -> int:
 
 
 def register(subparsers) -> None:
-    """Add ``ntpref bench`` (ntpref backends only; scripts/bench.py adds PyTorch and JAX)."""
+    """Add ``ntpref bench`` (ntpref backends only; ``python -m scripts.bench`` adds PyTorch and JAX)."""
     text = "time one loss-and-gradient step of each model (paper sizes and scaling series)"
-    p = subparsers.add_parser("bench", help=text, description=text + "; scripts/bench.py adds PyTorch and JAX.")
+    p = subparsers.add_parser("bench", help=text, description=text + "; python -m scripts.bench (run from the "
+                              "repository root) adds PyTorch and JAX.")
     add_arguments(p)
     p.set_defaults(func=run_from_args)

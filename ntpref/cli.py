@@ -39,7 +39,19 @@ def _run_contract(args) -> int:
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse with one-line usage errors (exit status 2), like every other ntpref error."""
+    """argparse with one-line usage errors (exit status 2), like every other ntpref error; ``positionals``
+    lists the destinations of the positional arguments given to ``add_argument``, in order (the
+    sub-commands' parsers are of this class too)."""
+
+    def __init__(self, *args, **kwargs):
+        self.positionals = []
+        super().__init__(*args, **kwargs)
+
+    def add_argument(self, *args, **kwargs):
+        action = super().add_argument(*args, **kwargs)
+        if not action.option_strings:
+            self.positionals.append(action.dest)
+        return action
 
     def error(self, message):
         self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
@@ -69,7 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
             continue
         mod.register(sub)
     for command in sub.choices.values():  # named in the message of an interrupted command
-        command.set_defaults(positionals=[a.dest for a in command._actions if not a.option_strings])
+        command.set_defaults(positionals=command.positionals)
     return parser
 
 

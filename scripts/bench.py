@@ -1,7 +1,8 @@
-#!/usr/bin/env python
 """Benchmark ntpref against PyTorch and JAX (one full-batch loss-and-gradient step per model).
 
-    python scripts/bench.py [--quick] [--threads 1 2] [--figure bench.png] [--json bench.json] ...
+    python -m scripts.bench [--quick] [--threads 1 2] [--figure bench.png] [--json bench.json] ...
+
+(from the repository root: it imports the adapters as ``examples.adapters``).
 
 Adds to the ntpref backends of ``ntpref bench`` (ntpref/bench.py: cases, timing, table, slopes,
 figure), when the frameworks are installed:
@@ -20,13 +21,9 @@ the result is blocked on before the clock stops.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
-# the adapters are plain modules in examples/adapters/, imported from there
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", "adapters"))
-
-from ntpref import bench  # noqa: E402
+from ntpref import bench
 
 #: options of the benchmark's shallow / indrnn steps (the defaults of the contract)
 OPTIONS = {"kappa": 2.0, "tau_att": 1.0, "mask_last_key": False, "activation": "tanh"}
@@ -35,9 +32,9 @@ OPTIONS = {"kappa": 2.0, "tau_att": 1.0, "mask_last_key": False, "activation": "
 def torch_implementations() -> list[bench.Implementation]:
     try:
         import torch
-        import torch_restatement as tr
     except ImportError:
         return []
+    from examples.adapters import torch_restatement as tr
 
     def setup(dtype):
         def make(case: bench.Case, inputs: dict):
@@ -68,10 +65,10 @@ def torch_implementations() -> list[bench.Implementation]:
 def jax_implementations() -> list[bench.Implementation]:
     try:
         import jax
-        import jax_float64 as jx          # enables jax_enable_x64
         import jax.numpy as jnp
     except ImportError:
         return []
+    from examples.adapters import jax_float64 as jx     # enables jax_enable_x64
     twostage_grad = jax.jit(jax.value_and_grad(jx.twostage_loss, argnums=(0, 1), has_aux=True))
     shallow_grad = jax.jit(jax.value_and_grad(jx.mse, argnums=3, has_aux=True), static_argnums=0)
 
@@ -102,6 +99,8 @@ def main(argv=None) -> int:
     parser.add_argument("--no-torch", action="store_true")
     parser.add_argument("--no-jax", action="store_true")
     args = parser.parse_args(argv)
+    if not __package__:
+        parser.error("run it from the repository root as a module: python -m scripts.bench ...")
     extra = []
     if not args.no_torch:
         extra += torch_implementations()

@@ -8,7 +8,6 @@ in the late stage of Algorithm 1, and a 1e-3 gradient error in float32. (NumPy-o
 implementations are in tests/test_conformance.py.) Skipped with a reason when the framework is
 absent, except under NTPREF_CROSSCHECK_REQUIRED=1 (CI), where a missing framework is a failure.
 """
-import importlib
 import json
 import os
 import subprocess
@@ -38,15 +37,6 @@ def _need(framework):
     if os.environ.get("NTPREF_CROSSCHECK_REQUIRED"):
         __import__(framework)
     pytest.importorskip(framework, reason=f"{framework} is not installed (pip install ntpref[crosscheck])")
-
-
-def _example(name):
-    """A module of examples/adapters/ (imported with that directory on sys.path, as the adapters expect)."""
-    sys.path.insert(0, str(EXAMPLES))
-    try:
-        return importlib.import_module(name)
-    finally:
-        sys.path.remove(str(EXAMPLES))
 
 
 @pytest.fixture(scope="module")
@@ -93,12 +83,26 @@ def test_float32_adapter_fails_the_float64_policy(runs):
     assert "(float32 results cannot meet the float64 policy: judge them with --precision float32)" in out
 
 
+def test_adapter_loaded_by_path_shares_the_package():
+    """By path (as ntpref conformance loads it) a shipped adapter is a module of the package examples.adapters:
+    its relative import reaches the restatement that ``from examples.adapters import ...`` gives."""
+    _need("torch")
+    from examples.adapters import torch_restatement
+    from ntpref.oracle.conformance import load_adapter
+
+    adapter = load_adapter(EXAMPLES / "torch_float64.py")
+    assert type(adapter.evaluate.__self__) is torch_restatement.TorchModels
+    assert adapter.train.__self__ is adapter.evaluate.__self__
+
+
 def test_autograd_direction_fails_the_late_stage():
     """The plain float64 gradient (what autograd gives) has no direction once every p_v underflows."""
     _need("torch")
     import torch
 
-    models = _example("torch_restatement").TorchModels(torch.float64)
+    from examples.adapters.torch_restatement import TorchModels
+
+    models = TorchModels(torch.float64)
     autograd = {"train": lambda model, inputs: models.train(model, {**inputs, "direction": np.array("naive")})}
     late, other = (next(c for c in random_cases(["twostage"]) if c.id.endswith(end))
                    for end in ("train_late_stage", "train_naive"))
@@ -113,7 +117,9 @@ def test_float32_gradient_error_fails_the_float32_envelope():
     _need("torch")
     import torch
 
-    models = _example("torch_restatement").TorchModels(torch.float32)
+    from examples.adapters.torch_restatement import TorchModels
+
+    models = TorchModels(torch.float32)
 
     def wrong(model, inputs):
         out = models.evaluate(model, inputs)
@@ -145,9 +151,9 @@ def test_ntk_gram_torch_jacobian():
     _need("torch")
     import torch
 
+    from examples.adapters import torch_restatement as tr
     from ntpref.oracle.compare import compare_one
 
-    tr = _example("torch_restatement")
     inputs, expected, tol = _ntk_case()
     X = torch.tensor(inputs["X"])
     params = tuple(torch.tensor(inputs[k]) for k in ("c", "U", "W"))
@@ -161,9 +167,9 @@ def test_ntk_gram_jax_jacobian():
     _need("jax")
     import jax
 
+    from examples.adapters import jax_float64 as jx
     from ntpref.oracle.compare import compare_one
 
-    jx = _example("jax_float64")
     inputs, expected, tol = _ntk_case()
     params = tuple(jax.numpy.asarray(inputs[k]) for k in ("c", "U", "W"))
     opts = _options(inputs)

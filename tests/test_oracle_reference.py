@@ -14,6 +14,7 @@ from ntpref.cli import main
 from ntpref.errors import ComparisonError, InputError
 from ntpref.oracle import reference, tolerance
 from ntpref.npzio import load_npz
+from scripts import make_reference_runs
 
 REPO_RUNS = Path(reference.__file__).resolve().parents[2] / "reference_runs"
 EVAL_CASE = "twostage_eval_onehot_succ"
@@ -50,22 +51,14 @@ def test_verify_numpy_backend_within_tolerances(monkeypatch, capsys):
     assert main(["verify", "--backend", "numpy"]) == 0
 
 
-def test_inputs_rebuild_from_config_and_seed(manifest, monkeypatch, capsys):
+def test_inputs_rebuild_from_config_and_seed(manifest, capsys):
     """Every stored input is reproduced bit for bit by the registry's build(config, seed)."""
-    import importlib.util
-    import sys
-
-    spec = importlib.util.spec_from_file_location("make_reference_runs",
-                                                  REPO_RUNS.parent / "scripts" / "make_reference_runs.py")
-    script = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, spec.name, script)
-    spec.loader.exec_module(script)
-    assert [c.name for c in script.CASES] == list(manifest["cases"])
-    for case in script.CASES:
+    assert [c.name for c in make_reference_runs.CASES] == list(manifest["cases"])
+    for case in make_reference_runs.CASES:
         entry = manifest["cases"][case.name]
         assert (case.model, case.kind, case.config, case.seed) == (entry["model"], entry["kind"], entry["config"],
                                                                    entry["seed"])
-    assert script.check(script.CASES, REPO_RUNS)
+    assert make_reference_runs.check(make_reference_runs.CASES, REPO_RUNS)
 
 
 def test_manifest_lists_cases_with_provenance_hashes_and_tolerances(manifest):

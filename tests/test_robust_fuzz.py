@@ -5,7 +5,6 @@ dtype / shape / NaN / name / value mutations and byte-level damage); ``ntpref.cl
 Every input must be either accepted (exit 0, finite float64 outputs) or rejected (exit 2, one line
 "ntpref: error: ...", no output file). An "internal error" counts as a crash.
 """
-import importlib.util
 import tempfile
 from pathlib import Path
 
@@ -13,9 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-_spec = importlib.util.spec_from_file_location("fuzz_cli", Path(__file__).parents[1] / "scripts" / "fuzz_cli.py")
-fuzz_cli = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(fuzz_cli)
+from scripts import fuzz_cli
 
 BASES = fuzz_cli.valid_inputs()
 

@@ -4,7 +4,8 @@ shallow paper's public code). Judge it against float32 arithmetic:
     ntpref conformance examples/adapters/torch_float32.py --precision float32
 """
 import torch
-from torch_restatement import TorchModels
+
+from .torch_restatement import TorchModels
 
 _models = TorchModels(torch.float32)
 evaluate, train = _models.evaluate, _models.train

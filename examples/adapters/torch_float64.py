@@ -3,7 +3,8 @@
     ntpref conformance examples/adapters/torch_float64.py
 """
 import torch
-from torch_restatement import TorchModels
+
+from .torch_restatement import TorchModels
 
 _models = TorchModels(torch.float64)
 evaluate, train = _models.evaluate, _models.train

@@ -69,8 +69,9 @@ class Adapter(NamedTuple):
 
 
 def load_adapter(adapter) -> Adapter:
-    """An :class:`Adapter` from a path to a .py file (loaded with its directory on sys.path while it loads,
-    as for a script), a module or object with ``evaluate`` / ``train`` attributes, or a dict of them.
+    """An :class:`Adapter` from a path to a .py file (a file inside a package is imported as that package's
+    module, any other file like a script), a module or object with ``evaluate`` / ``train`` attributes,
+    or a dict of them.
 
     InputError when the file is missing or defines neither function; AdapterError when loading it raises."""
     if isinstance(adapter, Adapter):
@@ -92,20 +93,39 @@ def load_adapter(adapter) -> Adapter:
 
 
 def _load_file(path: Path):
+    """The adapter file, executed afresh, as a module. A file inside a package (its folder holds an
+    ``__init__.py``) is that package's module, as Python would import it: examples/adapters/torch_float64.py
+    is ``examples.adapters.torch_float64`` and imports its sibling relatively. Any other file is loaded
+    like a script. The folder above the outermost package (for a script: the file's own folder) is on
+    sys.path while it loads."""
     if not path.is_file():
         raise InputError(f"{path}: no such adapter file")
-    spec = importlib.util.spec_from_file_location(f"ntpref_adapter_{path.stem}", path)
+    file = path.resolve()
+    packages, folder = [], file.parent
+    while (folder / "__init__.py").is_file():
+        packages.insert(0, folder.name)
+        folder = folder.parent
+    package = ".".join(packages)
+    name = f"{package}.{file.stem}" if package else f"ntpref_adapter_{file.stem}"
+    spec = importlib.util.spec_from_file_location(name, file)
     if spec is None or spec.loader is None:
         raise InputError(f"{path}: not a Python file")
     module = importlib.util.module_from_spec(spec)
-    folder = str(path.resolve().parent)
-    sys.path.insert(0, folder)
+    if package:
+        sys.modules[name] = module
+    sys.path.insert(0, str(folder))
     try:
         spec.loader.exec_module(module)
     except Exception as exc:
+        if package:
+            sys.modules.pop(name, None)
         raise AdapterError(f"{path}: loading the adapter raised {type(exc).__name__}: {exc}") from exc
     finally:
-        sys.path.remove(folder)
+        sys.path.remove(str(folder))
+    if package in sys.modules:       # imported by the adapter's relative imports: it must be the file's own
+        home = getattr(sys.modules[package], "__file__", None)
+        if home is None or Path(home).resolve().parent != file.parent:
+            raise InputError(f"{path}: package {package} is already imported from elsewhere ({home})")
     return module
 
 

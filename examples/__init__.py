@@ -1,0 +1,1 @@
+"""Examples that use ntpref from the outside; importable from the repository root (``examples.adapters``)."""
