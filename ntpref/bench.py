@@ -20,10 +20,11 @@ Flop counts per step (:func:`flops`; a multiply, an add, an exp or a tanh each c
   twostage  Σ_sentences (6 L K + 5 K + 11 L) (scores, softmaxes, logits, a, g_s, scattered gradients)
 GFLOP/s = flops / median time.
 
-Steps timed: the public ``loss_and_grad`` / ``rnn_loss_and_grad`` for shallow and indrnn (validation
-included, negligible there); for twostage the training loop's step on a validated sentence set
-(``model._loss_and_grad(prep, ...)``, the per-step call of Algorithm 1), since the public function
-re-validates the dataset on every call.
+Steps timed: ``loss_and_grad`` on prepared data for shallow and indrnn (``shallow.prepare`` /
+``shallow.indrnn.prepare`` once, then the step with its parameter validation, negligible there); for
+twostage ``loss_and_grad`` on a prepared sentence set
+(``twostage.loss_and_grad(twostage.prepare(ds), ...)``, as a training loop calls it every step), since on a
+Dataset it re-validates and re-prepares the dataset on every call.
 """
 from __future__ import annotations
 
@@ -123,28 +124,26 @@ def make_inputs(case: Case, seed: int = 0) -> dict:
     """Random inputs of a case (NumPy arrays; twostage also the ntpref Dataset as ``ds``).
 
     shallow / indrnn: X [n, T, d] i.i.d. N(0, 1) tokens scaled to norm ≤ 1, y [n] N(0, 1); parameters
-    from iid_init (shallow: c, U, W) or rnn_paired_init with its second half's W_in redrawn (indrnn:
+    from iid_init (shallow: c, U, W) or indrnn.paired_init with its second half's W_in redrawn (indrnn:
     c, u, W_in), so f ≠ 0. twostage: random_realizable(K, N, 2, 6) with one-hot E, W_ov and W_kq
     [K, K] with N(0, 1) entries; also tokens (padding 0), mask, query, targets for other frameworks.
     """
     rng = np.random.default_rng(seed)
     s = case.size
     if case.model == "twostage":
-        from .twostage.data import random_realizable
+        from .twostage import random_realizable
         ds = random_realizable(K=s["K"], N=s["N"], min_len=s["min_len"], max_len=s["max_len"], seed=seed).dataset
         mask = ds.tokens >= 0
         return dict(ds=ds, tokens=np.where(mask, ds.tokens, 0), mask=mask,
                     query=ds.tokens[np.arange(ds.N), ds.lengths - 1], targets=ds.targets.copy(), E=ds.E.copy(),
                     W_ov=rng.standard_normal((ds.d, ds.d)), W_kq=rng.standard_normal((ds.d, ds.d)))
-    from .shallow.data import scale_tokens
-    X = scale_tokens(rng.standard_normal((s["n"], s["T"], s["d"])))
+    from . import shallow
+    X = shallow.scale_tokens(rng.standard_normal((s["n"], s["T"], s["d"])))
     y = rng.standard_normal(s["n"])
     if case.model == "shallow":
-        from .shallow.model import iid_init
-        c, U, W = iid_init(s["m"], s["d"], seed)
+        c, U, W = shallow.iid_init(s["m"], s["d"], seed)
         return dict(X=X, y=y, params=(c, U, W))
-    from .shallow.indrnn import rnn_paired_init
-    c, u, W_in = rnn_paired_init(s["m"], s["d"], seed)
+    c, u, W_in = shallow.indrnn.paired_init(s["m"], s["d"], seed)
     W_in[s["m"] // 2:] = rng.standard_normal((s["m"] - s["m"] // 2, s["d"]))
     return dict(X=X, y=y, params=(c, u, W_in))
 
@@ -173,16 +172,14 @@ def _numba_threads(k: int) -> None:
 def _ntpref_setup(backend: str):
     def setup(case: Case, inputs: dict):
         if case.model == "twostage":
-            from .twostage import model
-            prep = model._prepared(inputs["ds"])
+            from . import twostage
+            prep = twostage.prepare(inputs["ds"])
             W_ov, W_kq = inputs["W_ov"].copy(), inputs["W_kq"].copy()
-            return lambda: model._loss_and_grad(prep, W_ov, W_kq, backend)
-        X, y, params = inputs["X"], inputs["y"], inputs["params"]
-        if case.model == "shallow":
-            from .shallow.model import loss_and_grad
-            return lambda: loss_and_grad(X, y, *params, backend=backend)
-        from .shallow.indrnn import rnn_loss_and_grad
-        return lambda: rnn_loss_and_grad(X, y, *params, backend=backend)
+            return lambda: twostage.loss_and_grad(prep, W_ov, W_kq, backend=backend)
+        from . import shallow
+        model = shallow if case.model == "shallow" else shallow.indrnn
+        data, params = model.prepare(inputs["X"], inputs["y"]), inputs["params"]
+        return lambda: model.loss_and_grad(data, *params, backend=backend)
     return setup
 
 
@@ -361,15 +358,14 @@ def machine() -> dict:
 # ---- whole runs ------------------------------------------------------------------------------------
 
 def figure2_seconds(threads: int = 1, seed: int = 0) -> float:
-    """Wall-clock seconds of the whole Figure-2 run (two_stage with T0 = 1000, T = 10000, stable
+    """Wall-clock seconds of the whole Figure-2 run (twostage.train with T0 = 1000, T = 10000, stable
     direction, K = 20, N = 200) after a short compiling run."""
-    from .twostage.data import random_realizable
-    from .twostage.train import two_stage
+    from .twostage import random_realizable, train
     _numba_threads(threads)
     ds = random_realizable(K=20, N=200, seed=seed).dataset
-    two_stage(ds, T0=3, T=3)
+    train(ds, T0=3, T=3)
     t0 = time.perf_counter()
-    two_stage(ds, T0=1000, T=10000)
+    train(ds, T0=1000, T=10000)
     return time.perf_counter() - t0
 
 
@@ -377,12 +373,12 @@ def startup_seconds() -> float:
     """Seconds for `import ntpref` plus a first shallow, indrnn and twostage step in a fresh Python
     process (warm Numba cache; run once before to fill it)."""
     code = ("import time; t = time.perf_counter(); import numpy as np\n"
-            "from ntpref.shallow.model import loss_and_grad, iid_init\n"
-            "from ntpref.shallow.indrnn import rnn_loss_and_grad, rnn_paired_init\n"
-            "from ntpref.twostage import model; from ntpref.twostage.data import random_realizable\n"
+            "from ntpref import shallow, twostage\n"
             "X = np.full((4, 3, 2), 0.1); y = np.zeros(4)\n"
-            "loss_and_grad(X, y, *iid_init(2, 2, 0)); rnn_loss_and_grad(X, y, *rnn_paired_init(2, 2, 0))\n"
-            "ds = random_realizable(K=5, N=10, seed=0).dataset; model.loss_and_grad(ds, np.eye(5), np.eye(5))\n"
+            "shallow.loss_and_grad(shallow.prepare(X, y), *shallow.iid_init(2, 2, 0))\n"
+            "shallow.indrnn.loss_and_grad(shallow.indrnn.prepare(X, y), *shallow.indrnn.paired_init(2, 2, 0))\n"
+            "ds = twostage.random_realizable(K=5, N=10, seed=0).dataset\n"
+            "twostage.loss_and_grad(ds, np.eye(5), np.eye(5))\n"
             "print(time.perf_counter() - t)")
     subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)   # fill the cache
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)

@@ -9,9 +9,8 @@ Let LLVM use the full width of AVX-512 registers in ntpref's Numba kernels.
 
 On CPUs with AVX-512 (Skylake-X and later), LLVM's tuning flag ``prefer-256-bit`` makes its loop
 vectorizer use 256-bit vectors although 512-bit ones exist. The kernels here are throughput-bound
-loops over heads or units (products, sums and the polynomial exponential of :mod:`ntpref.vmath`), and
-512-bit vectors made the shallow transformer's gradient step (n = 4000, T = 16, d = 8, m = 64) about
-1.3× faster on one thread and 1.4× on two on the 2-core Xeon of the README's benchmark.
+loops over heads or units (products, sums and the polynomial exponential of :mod:`ntpref.vmath`), which
+run faster with the wider vectors (docs/performance.md gives the measured gain).
 
 This changes speed only, never a result: the kernels are compiled without fastmath, so LLVM may not
 reassociate a sum or contract a product into an FMA, and a vector lane computes exactly what the

@@ -1,7 +1,7 @@
 """Vectorizable elementary functions for the Numba kernels: exp, expm1 and tanh in float64.
 
 Numba lowers ``math.exp`` / ``math.tanh`` to scalar libm calls (pip's llvmlite has no SVML), so a loop
-that calls them cannot be vectorized and costs 10–20 ns per element. The functions here are plain
+that calls them cannot be vectorized (docs/performance.md gives the cost). The functions here are plain
 arithmetic (no calls, no data-dependent branches: every case is a select), so LLVM inlines them and
 vectorizes the loops that call them (AVX2 / AVX-512). They never use fastmath and contain no FMA
 contraction, so a result is the same whether a loop runs vectorized or scalar, on any thread.

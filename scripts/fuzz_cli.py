@@ -69,9 +69,8 @@ class RandomChooser:
 
 def valid_inputs() -> list[tuple[str, dict[str, np.ndarray]]]:
     """(command, arrays) for a small valid input of every model and command."""
-    from ntpref.shallow.model import iid_init
-    from ntpref.shallow.indrnn import rnn_paired_init
-    from ntpref.twostage.data import five_token_example
+    from ntpref.shallow import iid_init, indrnn as indrnn_model
+    from ntpref.twostage import five_token_example
 
     rng = np.random.default_rng(7)
     five = five_token_example()
@@ -83,7 +82,7 @@ def valid_inputs() -> list[tuple[str, dict[str, np.ndarray]]]:
     c, U, W = iid_init(4, 3, seed=1)
     shallow = {"model": np.array("shallow"), "X": X, "y": y, "c": c, "U": U, "W": W, "kappa": np.array(2.0),
                "tau_att": np.array(1.0), "mask_last_key": np.array(False), "activation": np.array("tanh")}
-    c, u, W_in = rnn_paired_init(4, 3, seed=1)
+    c, u, W_in = indrnn_model.paired_init(4, 3, seed=1)
     indrnn = {"model": np.array("indrnn"), "X": X, "y": y, "c": c, "u": u, "W_in": W_in,
               "activation": np.array("erf")}
     two_train = {**twostage, "eta0": np.array(0.1), "eta": np.array(0.05), "T0": np.array(3), "T": np.array(3),

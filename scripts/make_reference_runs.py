@@ -57,7 +57,7 @@ def _random_weights(rng, d: int, scale: float) -> dict:
 
 def build_twostage_random_eval(cfg: dict, seed: int) -> dict:
     """random_realizable(K, N, lengths, embedding, d, seed) with W_ov, W_kq ~ N(0, scale²) (rng seed + 1)."""
-    from ntpref.twostage.data import random_realizable
+    from ntpref.twostage import random_realizable
 
     ds = random_realizable(K=cfg["K"], N=cfg["N"], min_len=cfg["min_len"], max_len=cfg["max_len"], seed=seed,
                            embedding=cfg["embedding"], d=cfg.get("d")).dataset
@@ -67,7 +67,7 @@ def build_twostage_random_eval(cfg: dict, seed: int) -> dict:
 
 def build_twostage_sentences_eval(cfg: dict, seed: int) -> dict:
     """Dataset.from_sentences(cfg sentences, targets, K) with W_ov, W_kq ~ N(0, scale²) (rng seed)."""
-    from ntpref.twostage.data import Dataset
+    from ntpref.twostage import Dataset
 
     ds = Dataset.from_sentences(cfg["sentences"], cfg["targets"], K=cfg["K"])
     return {**_twostage_arrays(ds, True), **_random_weights(np.random.default_rng(seed), ds.d, cfg["scale"])}
@@ -81,7 +81,7 @@ def _schedule(cfg: dict, d: int) -> dict:
 
 def build_twostage_five_token_train(cfg: dict, seed: int) -> dict:
     """five_token_example(), zero init, eta0 = eta0_sqrt_d/sqrt(5), eta = eta_sqrt_d/sqrt(5)."""
-    from ntpref.twostage.data import five_token_example
+    from ntpref.twostage import five_token_example
 
     ds = five_token_example()
     return {**_twostage_arrays(ds, True), **_schedule(cfg, ds.d)}
@@ -89,7 +89,7 @@ def build_twostage_five_token_train(cfg: dict, seed: int) -> dict:
 
 def build_twostage_random_train(cfg: dict, seed: int) -> dict:
     """random_realizable(K, N, lengths, onehot, seed), zero init, the paper's step sizes over sqrt(d)."""
-    from ntpref.twostage.data import random_realizable
+    from ntpref.twostage import random_realizable
 
     ds = random_realizable(K=cfg["K"], N=cfg["N"], min_len=cfg["min_len"], max_len=cfg["max_len"], seed=seed).dataset
     return {**_twostage_arrays(ds, True), **_schedule(cfg, ds.d)}
@@ -107,15 +107,10 @@ def _targets(X: np.ndarray) -> np.ndarray:
 
 
 def _shallow_params(cfg: dict, seed: int, rng) -> dict:
-    from ntpref.shallow.model import paired_init
-    from ntpref.shallow.indrnn import rnn_paired_init
+    from ntpref import shallow
 
-    if cfg.get("rnn"):
-        c, u, W_in = rnn_paired_init(cfg["m"], cfg["d"], seed)
-        params = {"c": c, "u": u, "W_in": W_in}
-    else:
-        c, U, W = paired_init(cfg["m"], cfg["d"], seed)
-        params = {"c": c, "U": U, "W": W}
+    model = shallow.indrnn if cfg.get("rnn") else shallow
+    params = model.paired_init(cfg["m"], cfg["d"], seed)._asdict()
     if cfg.get("perturb"):
         params = {k: v + cfg["perturb"] * rng.standard_normal(v.shape) for k, v in params.items()}
     return params

@@ -33,12 +33,12 @@ from ntpref.errors import InputError
 from ntpref.oracle.compare import compare_arrays
 from ntpref.oracle.gradcheck import gradcheck
 from ntpref.oracle.tolerance import default_tolerances
-from ntpref.shallow import model as shallow_model
+from ntpref import shallow
 from ntpref.shallow import indrnn, indrnn_kernels
-from ntpref.shallow.data import scale_tokens
+from ntpref.shallow.contract import input_data, input_kappa
 from ntpref.twostage import kernels as twostage_kernels
 from ntpref.twostage import model as twostage_model
-from ntpref.twostage.data import Dataset
+from ntpref.twostage import Dataset
 
 FAULTS = ("shape", "dtype", "nan")
 
@@ -80,11 +80,6 @@ class ModelCase:
         return {**self.loss_and_grad(inputs, backend), **self.extras(inputs, backend)}
 
 
-def _option(inputs: Mapping, name: str, default):
-    """A 0-d option array of an input dict as a Python value (``default`` when absent)."""
-    return np.asarray(inputs[name]).item() if name in inputs else default
-
-
 # --- two-stage transformer (docs/twostage.md §2–§3) ------------------------------------------------------
 
 def _twostage_draw(embedding: str):
@@ -115,12 +110,12 @@ def _dataset(inputs: Mapping) -> Dataset:
 
 
 def _twostage_loss_and_grad(inputs: Mapping, backend: str) -> dict:
-    loss, g_ov, g_kq = twostage_model.loss_and_grad(_dataset(inputs), inputs["W_ov"], inputs["W_kq"], backend)
+    loss, g_ov, g_kq = twostage_model.loss_and_grad(_dataset(inputs), inputs["W_ov"], inputs["W_kq"], backend=backend)
     return {"loss": np.array(loss), "grad_W_ov": g_ov, "grad_W_kq": g_kq}
 
 
 def _twostage_extras(inputs: Mapping, backend: str) -> dict:
-    fw = twostage_model.forward(_dataset(inputs), inputs["W_ov"], inputs["W_kq"], backend)
+    fw = twostage_model.forward(_dataset(inputs), inputs["W_ov"], inputs["W_kq"], backend=backend)
     return {"logits": fw.logits, "attn": fw.attn}
 
 
@@ -132,7 +127,7 @@ def _sequence_draw(model: str, options: Mapping):
         (unpaired) parameters: c N(0, 1); shallow U N(0, 1), W scale·N(0, 1); indrnn u uniform on
         ±1.2·scale, W_in scale·N(0, 1)."""
         n, T, d, m, scale = size
-        inputs = {"model": np.array(model), "X": scale_tokens(rng.standard_normal((n, T, d))),
+        inputs = {"model": np.array(model), "X": shallow.scale_tokens(rng.standard_normal((n, T, d))),
                   "y": rng.standard_normal(n), "c": rng.standard_normal(m)}
         if model == "shallow":
             inputs.update(U=rng.standard_normal((m, d)), W=scale * rng.standard_normal((m, d, d)))
@@ -142,28 +137,21 @@ def _sequence_draw(model: str, options: Mapping):
     return draw
 
 
-def _attention_options(inputs: Mapping) -> dict:
-    return {"tau_att": _option(inputs, "tau_att", 1.0), "mask_last_key": _option(inputs, "mask_last_key", False)}
+def _sequence_loss_and_grad(model: str):
+    api = shallow if model == "shallow" else indrnn
 
-
-def _shallow_loss_and_grad(inputs: Mapping, backend: str) -> dict:
-    f, loss, gc, gU, gW = shallow_model.loss_and_grad(
-        inputs["X"], inputs["y"], inputs["c"], inputs["U"], inputs["W"], kappa=_option(inputs, "kappa", 2.0),
-        activation=_option(inputs, "activation", "tanh"), backend=backend, **_attention_options(inputs))
-    return {"f": f, "loss": np.array(loss), "grad_c": gc, "grad_U": gU, "grad_W": gW}
+    def loss_and_grad(inputs: Mapping, backend: str) -> dict:
+        """The model's loss_and_grad on the input's prepared data (X, y and the options)."""
+        result = api.loss_and_grad(input_data(model, inputs), *(inputs[p] for p in api.Params._fields),
+                                   kappa=input_kappa(inputs), backend=backend)
+        return {"f": result.f, "loss": np.array(result.loss),
+                **{f"grad_{p}": g for p, g in zip(api.Params._fields, result[1:-1])}}
+    return loss_and_grad
 
 
 def _shallow_extras(inputs: Mapping, backend: str) -> dict:
-    s, a, MU = shallow_model.head_states(inputs["X"], inputs["U"], inputs["W"], backend=backend,
-                                         **_attention_options(inputs))
+    s, a, MU = shallow.head_states(input_data("shallow", inputs), inputs["U"], inputs["W"], backend=backend)
     return {"head_s": s, "head_a": a, "head_MU": MU}
-
-
-def _indrnn_loss_and_grad(inputs: Mapping, backend: str) -> dict:
-    f, loss, gc, gu, gW = indrnn.rnn_loss_and_grad(inputs["X"], inputs["y"], inputs["c"], inputs["u"], inputs["W_in"],
-                                                kappa=_option(inputs, "kappa", 2.0),
-                                                activation=_option(inputs, "activation", "tanh"), backend=backend)
-    return {"f": f, "loss": np.array(loss), "grad_c": gc, "grad_u": gu, "grad_W_in": gW}
 
 
 def _no_extras(inputs: Mapping, backend: str) -> dict:
@@ -179,14 +167,14 @@ def twostage_case(id: str, embedding: str) -> ModelCase:
 
 def shallow_case(id: str, **options) -> ModelCase:
     """The shallow multi-head transformer with the given options (kappa, tau_att, mask_last_key, activation)."""
-    return ModelCase(id, "shallow", ("c", "U", "W"), _sequence_draw("shallow", options), _shallow_loss_and_grad,
-                     _shallow_extras, parallel_n=101)    # several samples in each of the kernels' 32 sample blocks
+    return ModelCase(id, "shallow", ("c", "U", "W"), _sequence_draw("shallow", options),
+                     _sequence_loss_and_grad("shallow"), _shallow_extras, parallel_n=101)    # several samples in each of the kernels' 32 sample blocks
 
 
 def indrnn_case(id: str, **options) -> ModelCase:
     """The IndRNN baseline with the given options (kappa, activation)."""
-    return ModelCase(id, "indrnn", ("c", "u", "W_in"), _sequence_draw("indrnn", options), _indrnn_loss_and_grad,
-                     _no_extras, parallel_n=9 * indrnn_kernels.BLOCK + 5)
+    return ModelCase(id, "indrnn", ("c", "u", "W_in"), _sequence_draw("indrnn", options),
+                     _sequence_loss_and_grad("indrnn"), _no_extras, parallel_n=9 * indrnn_kernels.BLOCK + 5)
 
 
 #: Every model, each with its defaults and with every non-default option at least once.

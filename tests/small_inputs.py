@@ -2,9 +2,8 @@
 the command-line tests: each test mutates one array of a known-good input."""
 import numpy as np
 
-from ntpref.shallow.model import iid_init
-from ntpref.shallow.indrnn import rnn_paired_init
-from ntpref.twostage.data import five_token_example
+from ntpref.shallow import iid_init, indrnn
+from ntpref.twostage import five_token_example
 
 
 def twostage_eval():
@@ -27,7 +26,7 @@ def shallow_eval():
 
 def indrnn_eval():
     rng = np.random.default_rng(0)
-    c, u, W_in = rnn_paired_init(4, 3, seed=1)
+    c, u, W_in = indrnn.paired_init(4, 3, seed=1)
     return {"model": np.array("indrnn"), "X": rng.standard_normal((5, 4, 3)), "y": rng.standard_normal(5),
             "c": c, "u": u, "W_in": W_in}
 

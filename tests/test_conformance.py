@@ -140,14 +140,14 @@ def test_attention_cancellation_case_fails_a_wrong_direction_and_passes_the_stab
     naive = check({"train": lambda model, inputs: oracle(model, inputs, direction=np.array("naive"))}, case)
     assert {"W_kq", "stage2_norm"} <= {r.name for r in naive.rows if not r.ok}, naive
     assert naive.departure[0] == "stage2_norm"
-    unit = model._unit
+    unit = model.unit_direction
 
-    def one_entry(G, log_scale, backend):
+    def one_entry(G, log_scale, *, backend):
         G = np.array(G)
         G.flat[int(np.argmax(np.abs(G)))] *= 1 + 1e-3
-        return unit(G, log_scale, backend)
+        return unit(G, log_scale, backend=backend)
 
-    monkeypatch.setattr(model, "_unit", one_entry)
+    monkeypatch.setattr(model, "unit_direction", one_entry)
     wrong = check({"train": lambda model, inputs: contract.train({"model": model, **inputs}, "numpy")}, case)
     assert {"W_kq", "stage2_norm"} <= {r.name for r in wrong.rows if not r.ok}, wrong
 

@@ -20,7 +20,7 @@ from ntpref.cli import main
 from ntpref.errors import InputError
 from ntpref.oracle import contract
 from ntpref.npzio import MAX_MEMBERS, atomic_write, load_npz, save_npz
-from ntpref.shallow.model import iid_init
+from ntpref.shallow import iid_init
 
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="FIFOs, symbolic links, umask, SIGKILL")
 

@@ -13,24 +13,23 @@ from ntpref import numba_target
 SCRIPT = r"""
 import sys
 import numpy as np
-from ntpref.shallow.model import iid_init, loss_and_grad
-from ntpref.shallow.indrnn import rnn_loss_and_grad, rnn_paired_init
-from ntpref.twostage import model
-from ntpref.twostage.data import random_realizable
+from ntpref import shallow, twostage
+from ntpref.shallow import indrnn
 
 rng = np.random.default_rng(5)
 out = {}
 for m in (13, 64):
     X = rng.uniform(-0.5, 0.5, (37, 9, 6))
     y = rng.standard_normal(37)
-    for name, arr in zip("f loss c U W".split(), loss_and_grad(X, y, *iid_init(m, 6, m))):
+    data = shallow.prepare(X, y)
+    for name, arr in zip("loss c U W f".split(), shallow.loss_and_grad(data, *shallow.iid_init(m, 6, m))):
         out[f"shallow{m}_{name}"] = np.asarray(arr)
-    c, u, W_in = rnn_paired_init(m + m % 2, 6, m)
-    for name, arr in zip("f loss c u W_in".split(), rnn_loss_and_grad(X, y, c + 0.1, u, W_in)):
+    c, u, W_in = indrnn.paired_init(m + m % 2, 6, m)
+    for name, arr in zip("loss c u W_in f".split(), indrnn.loss_and_grad(indrnn.prepare(X, y), c + 0.1, u, W_in)):
         out[f"rnn{m}_{name}"] = np.asarray(arr)
-ds = random_realizable(K=20, N=60, seed=3).dataset
+ds = twostage.random_realizable(K=20, N=60, seed=3).dataset
 W = rng.standard_normal((2, 20, 20))
-for name, arr in zip("loss ov kq".split(), model.loss_and_grad(ds, W[0], W[1])):
+for name, arr in zip("loss ov kq".split(), twostage.loss_and_grad(ds, W[0], W[1])):
     out[f"twostage_{name}"] = np.asarray(arr)
 np.savez(sys.argv[1], **out)
 """

@@ -71,15 +71,17 @@ def test_sampled_entries(inputs):
 
 # --- real models -----------------------------------------------------------------------------
 def test_shallow_model_gradients(rng):
-    from ntpref.shallow.model import loss_and_grad, paired_init
+    from ntpref.shallow import loss_and_grad, paired_init, prepare
 
     c, U, W = paired_init(4, 3, seed=1)
     X = rng.normal(size=(5, 4, 3)) / 2
     y = rng.normal(size=5)
     c, U, W = c + 0.2 * rng.normal(size=c.shape), U + 0.2 * rng.normal(size=U.shape), W + 0.2 * rng.normal(size=W.shape)
 
+    data = prepare(X, y, tau_att=1.5, mask_last_key=True)
+
     def fun(c, U, W):
-        _, loss, gc, gU, gW = loss_and_grad(X, y, c, U, W, tau_att=1.5, mask_last_key=True)
+        loss, gc, gU, gW, _ = loss_and_grad(data, c, U, W)
         return loss, {"c": gc, "U": gU, "W": gW}
 
     report = gradcheck(fun, {"c": c, "U": U, "W": W})
@@ -92,7 +94,7 @@ def test_shallow_model_gradients(rng):
 
 
 def _twostage_input(tmp_path):
-    from ntpref.twostage.data import five_token_example
+    from ntpref.twostage import five_token_example
 
     ds = five_token_example()
     rng = np.random.default_rng(3)

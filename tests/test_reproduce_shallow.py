@@ -9,8 +9,8 @@ import pytest
 
 from ntpref.errors import InputError
 from ntpref.reproduce import approx, length, ntk, projsgd, rnn, stats, teacher_student, width
-from ntpref.shallow.model import iid_init, paired_init
-from ntpref.shallow.train import proj_gd
+from ntpref import shallow
+from ntpref.shallow import iid_init, paired_init
 from ntpref.sweep import load_results, run_sweep
 
 
@@ -211,9 +211,9 @@ def test_projection_binding_detected_and_prefix_runs():
     # a run of t steps is the prefix of a longer run (the checkpoints rely on it).
     data = teacher_student.teacher_data(2, 80, 4, 16)
     theta0 = paired_init(8, teacher_student.D, 7)
-    kw = dict(eta=0.2, steps=30)
-    proj = proj_gd("shallow", data.X_train, data.y_train, theta0, rho=(0.02,) * 3, **kw)
-    free = proj_gd("shallow", data.X_train, data.y_train, theta0, **kw)
+    prepared, kw = shallow.prepare(data.X_train, data.y_train), dict(eta=0.2, steps=30)
+    proj = shallow.train(prepared, theta0, rho=(0.02,) * 3, **kw)
+    free = shallow.train(prepared, theta0, **kw)
     theta, free_theta = [tuple(r.params[b] for b in ntk.BLOCKS) for r in (proj, free)]
     t = ntk.first_bind(proj.train_loss, free.train_loss, theta, free_theta)
     assert 1 <= t < 30
@@ -221,7 +221,7 @@ def test_projection_binding_detected_and_prefix_runs():
     ratio = ntk.head_movement(theta, theta0, 0.02)
     assert ratio.max() <= 1.0 + 1e-12 and (ratio >= ntk.BOUNDARY).any()
     assert ntk.head_movement(free_theta, theta0, 0.02).max() > 1.0
-    short = proj_gd("shallow", data.X_train, data.y_train, theta0, rho=(0.02,) * 3, eta=0.2, steps=12)
+    short = shallow.train(prepared, theta0, rho=(0.02,) * 3, eta=0.2, steps=12)
     np.testing.assert_array_equal(short.train_loss, proj.train_loss[:12])
 
 

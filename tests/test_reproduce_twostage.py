@@ -15,9 +15,8 @@ import pytest
 from ntpref.errors import InputError
 from ntpref.reproduce import figure2, generalization, run_target
 from ntpref.reproduce.configs import time_grid
-from ntpref.twostage.data import Dataset, UnseenSplit, five_token_example, observed_relations, random_realizable
-from ntpref.twostage.generalization import needs_transitive_step, unseen_parts
-from ntpref.twostage.svm import W_kq_star
+from ntpref.twostage import (Dataset, UnseenSplit, W_kq_star, five_token_example, needs_transitive_step,
+                             observed_relations, random_realizable, unseen_parts)
 
 K20 = {"K": 20, "N": 200, "T0": 1000}
 T_LONG = 30000

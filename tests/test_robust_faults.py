@@ -16,7 +16,7 @@ import pytest
 
 from ntpref.oracle import contract
 from ntpref.npzio import load_npz, save_npz
-from ntpref.shallow.model import iid_init
+from ntpref.shallow import iid_init
 from ntpref.sweep import load_results, run_sweep
 
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="SIGKILL")

@@ -15,12 +15,10 @@ from ntpref.cli import main
 from ntpref.errors import InfeasibleError, InputError
 from ntpref.oracle import contract
 from ntpref.npzio import load_npz, save_npz
-from ntpref.shallow.model import loss_and_grad, paired_init
-from ntpref.shallow.indrnn import rnn_loss_and_grad, rnn_paired_init
-from ntpref.shallow.train import proj_gd
-from ntpref.twostage.data import Dataset, check_realizable, five_token_example
-from ntpref.twostage.model import forward
-from ntpref.twostage.train import two_stage
+from ntpref import shallow
+from ntpref.shallow import indrnn
+from ntpref import twostage
+from ntpref.twostage import Dataset, check_realizable, five_token_example
 
 from small_inputs import indrnn_eval, shallow_eval, train_of, twostage_eval, twostage_train
 
@@ -183,31 +181,32 @@ def test_step_sizes_counts_radii(tmp_path, capsys):
 
 def test_library_options():
     with pytest.raises(InputError, match="m must be even"):
-        paired_init(5, 3, seed=0)
+        shallow.paired_init(5, 3, seed=0)
     with pytest.raises(InputError, match="even width"):
-        rnn_paired_init(3, 2, seed=0)
+        indrnn.paired_init(3, 2, seed=0)
     with pytest.raises(InputError, match="'m'"):
-        paired_init(0, 3, seed=0)
+        shallow.paired_init(0, 3, seed=0)
     sh = shallow_eval()
-    params = (sh["c"], sh["U"], sh["W"])
+    data, params = shallow.prepare(sh["X"], sh["y"]), (sh["c"], sh["U"], sh["W"])
     with pytest.raises(InputError, match="'rho'.*>= 0"):
-        proj_gd("shallow", sh["X"], sh["y"], params, eta=0.1, steps=2, rho=(1.0, -1.0, 1.0))
+        shallow.train(data, params, eta=0.1, steps=2, rho=(1.0, -1.0, 1.0))
     with pytest.raises(InputError, match="'eta'.*> 0"):
-        proj_gd("shallow", sh["X"], sh["y"], params, eta=0.0, steps=2)
+        shallow.train(data, params, eta=0.0, steps=2)
     with pytest.raises(InputError, match="'steps'.*>= 1"):
-        proj_gd("shallow", sh["X"], sh["y"], params, eta=0.1, steps=0)
-    with pytest.raises(InputError, match="unknown model 'gru'"):
-        proj_gd("gru", sh["X"], sh["y"], params, eta=0.1, steps=2)
+        shallow.train(data, params, eta=0.1, steps=0)
+    with pytest.raises(InputError, match=r"^data: expected prepared data \(ntpref.shallow.prepare or "
+                                         r"ntpref.shallow.indrnn.prepare\), got numpy.ndarray$"):
+        shallow.train(sh["X"], params, eta=0.1, steps=2)
     with pytest.raises(InputError, match="'tau_att'.*> 0"):
-        loss_and_grad(sh["X"], sh["y"], *params, tau_att=0.0)
+        shallow.prepare(sh["X"], sh["y"], tau_att=0.0)
     with pytest.raises(InputError, match="'kappa'"):
-        loss_and_grad(sh["X"], sh["y"], *params, kappa=3.0)
+        shallow.loss_and_grad(data, *params, kappa=3.0)
     five = five_token_example()
     for kwargs, name in (({"eta0": 0.0}, "eta0"), ({"eta": -1.0}, "eta"), ({"T": -1}, "'T'"), ({"T0": 1.5}, "T0")):
         with pytest.raises(InputError, match=name):
-            two_stage(five, **kwargs)
+            twostage.train(five, **kwargs)
     with pytest.raises(InputError, match="backend"):
-        forward(five, np.eye(5), np.eye(5), backend="torch")
+        twostage.forward(five, np.eye(5), np.eye(5), backend="torch")
 
 
 # ---- unrealizable and empty datasets -------------------------------------------------------------------------
@@ -374,6 +373,6 @@ def test_library_loaders_name_the_file(tmp_path):
 def test_rnn_library_validation():
     rn = indrnn_eval()
     with pytest.raises(InputError, match="'y'.*non-finite"):
-        rnn_loss_and_grad(rn["X"], np.full(5, np.nan), rn["c"], rn["u"], rn["W_in"])
+        indrnn.prepare(rn["X"], np.full(5, np.nan))
     with pytest.raises(InputError, match="'W_in'.*shape"):
-        rnn_loss_and_grad(rn["X"], rn["y"], rn["c"], rn["u"], rn["W_in"].T)
+        indrnn.loss_and_grad(indrnn.prepare(rn["X"], rn["y"]), rn["c"], rn["u"], rn["W_in"].T)

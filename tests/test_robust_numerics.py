@@ -11,13 +11,10 @@ import pytest
 
 from common_checks import check_backends_agree, indrnn_case, twostage_case
 from ntpref.oracle import contract
-from ntpref.shallow.model import iid_init, loss_and_grad, paired_init
-from ntpref.shallow.indrnn import rnn_loss_and_grad, rnn_paired_init
-from ntpref.shallow.train import proj_gd
-from ntpref.twostage import model as tm
-from ntpref.twostage.data import Dataset, five_token_example
-from ntpref.twostage.svm import W_kq_star, W_ov_star
-from ntpref.twostage.train import two_stage
+from ntpref import shallow
+from ntpref.shallow import indrnn
+from ntpref import twostage as tm
+from ntpref.twostage import Dataset, W_kq_star, W_ov_star, five_token_example
 
 
 def finite(*arrays):
@@ -44,7 +41,8 @@ def test_twostage_saturated_attention_and_output(scale, rng):
     E = rng.standard_normal((4, 5))
     ds = Dataset(five.tokens, five.lengths, five.targets, E, five.succ)
     W_ov, W_kq = rng.standard_normal((4, 4)), scale * rng.standard_normal((4, 4))
-    runs = {b: (tm.forward(ds, W_ov, W_kq, b), tm.loss_and_grad(ds, W_ov, W_kq, b)) for b in ("numba", "numpy")}
+    runs = {b: (tm.forward(ds, W_ov, W_kq, backend=b), tm.loss_and_grad(ds, W_ov, W_kq, backend=b))
+            for b in ("numba", "numpy")}
     for fw, (loss, g_ov, g_kq) in runs.values():
         assert finite(fw.loss, fw.logits, fw.attn, loss, g_ov, g_kq)
         for i in range(ds.N):
@@ -74,16 +72,16 @@ def test_twostage_saturated_output_softmax_backends_agree(scale, rng):
 @pytest.mark.parametrize("scale", [1e4, 1e8, 1e15])
 def test_shallow_saturated_attention(scale, rng):
     X, y = rng.standard_normal((6, 5, 3)), rng.standard_normal(6)
-    c, U, W = iid_init(4, 3, seed=2)
+    c, U, W = shallow.iid_init(4, 3, seed=2)
     W = scale * W
-    outs = {b: loss_and_grad(X, y, c, U, W, backend=b) for b in ("numba", "numpy")}
+    outs = {b: shallow.loss_and_grad(shallow.prepare(X, y), c, U, W, backend=b) for b in ("numba", "numpy")}
     for out in outs.values():
-        assert finite(out[0], out[1], *out[2:])
+        assert finite(*out)
     # saturated: f equals the head outputs with attention one-hot on the top-scoring key
     z = np.einsum("ntk,mkl,nl->nmt", X, W, X[:, -1])
     top = X[np.arange(6)[:, None], z.argmax(axis=2)]                  # [n, m, d]
     f_limit = (c * np.tanh(np.einsum("nmk,mk->nm", top, U))).sum(axis=1) / 2.0
-    close(outs["numba"][0], f_limit, 1e-12)
+    close(outs["numba"].f, f_limit, 1e-12)
     for a, b in zip(outs["numba"], outs["numpy"]):
         close(a, b, 1e-10)
 
@@ -92,7 +90,7 @@ def test_shallow_saturated_attention(scale, rng):
 def test_indrnn_saturated_units_backends_agree(scale, rng):
     """Huge input weights: tanh saturates; f, loss and gradients of the two backends agree within the
     float64 policy."""
-    c, u, W_in = rnn_paired_init(4, 3, seed=2)
+    c, u, W_in = indrnn.paired_init(4, 3, seed=2)
     inputs = {"model": np.array("indrnn"), "X": rng.standard_normal((6, 5, 3)), "y": rng.standard_normal(6),
               "c": c, "u": u, "W_in": scale * W_in}
     check_backends_agree(indrnn_case("indrnn"), inputs)
@@ -105,28 +103,28 @@ def test_stable_direction_where_the_naive_gradient_underflows():
     W_ov, _ = W_ov_star(five.E, five.succ)
     W_kq, _ = W_kq_star(five)
     # moderate scale: the stable direction equals the naive one
-    naive, stable = tm.kq_direction(five, W_ov, W_kq, "naive"), tm.kq_direction(five, W_ov, W_kq, "stable")
+    naive, stable = (tm.direction(five, W_ov, W_kq, wrt="kq", method=m) for m in ("naive", "stable"))
     close(stable.unit, naive.unit, 1e-13)
     assert stable.log_norm == pytest.approx(naive.log_norm, rel=1e-13)
     for a, b in ((1.0, 1e3), (1e3, 10.0), (1e4, 1e3)):        # late in training: ‖W_kq‖, ‖W_ov‖ large
-        assert tm.kq_direction(five, a * W_ov, b * W_kq, "naive").unit is None       # gradient underflowed
+        assert tm.direction(five, a * W_ov, b * W_kq, wrt="kq", method="naive").unit is None   # gradient underflowed
         for backend in ("numba", "numpy"):
-            d = tm.kq_direction(five, a * W_ov, b * W_kq, "stable", backend)
+            d = tm.direction(five, a * W_ov, b * W_kq, wrt="kq", backend=backend)
             assert d.unit is not None and finite(d.unit, d.log_norm) and d.log_norm < -700
             assert np.linalg.norm(d.unit) == pytest.approx(1.0, abs=1e-14)
-        close(tm.kq_direction(five, a * W_ov, b * W_kq, "stable", "numpy").unit,
-              tm.kq_direction(five, a * W_ov, b * W_kq, "stable", "numba").unit, 1e-11)
+        close(tm.direction(five, a * W_ov, b * W_kq, wrt="kq", backend="numpy").unit,
+              tm.direction(five, a * W_ov, b * W_kq, wrt="kq", backend="numba").unit, 1e-11)
 
 
 def test_long_normalized_gd_stays_finite():
     """Big steps push ‖W_kq‖ into the range where p_y − 1 underflows in float64: the stable direction keeps
     a meaningful direction (correlation with W_kq* → 1), everything finite, no spurious stop."""
     five = five_token_example()
-    res = two_stage(five, eta0=0.5, eta=200.0, T0=20, T=40, direction="stable")
+    res = tm.train(five, eta0=0.5, eta=200.0, T0=20, T=40, direction="stable")
     assert res.stop2.reason == "max_steps"
     assert finite(*res.stage2.values(), res.W_kq) and res.stage2["norm"][-1] > 2000
     assert res.stage2["corr"][-1] > 0.99
-    assert tm.kq_direction(five, res.W_ov, res.W_kq, "naive").log_norm < -700     # tiny indeed
+    assert tm.direction(five, res.W_ov, res.W_kq, wrt="kq", method="naive").log_norm < -700     # tiny indeed
 
 
 def _one_token_task():
@@ -135,7 +133,7 @@ def _one_token_task():
 
 
 def test_zero_gradient_is_a_clean_stop():
-    res = two_stage(_one_token_task(), eta0=0.1, eta=0.1, T0=3, T=5)
+    res = tm.train(_one_token_task(), eta0=0.1, eta=0.1, T0=3, T=5)
     assert (res.stop2.reason, res.stop2.step) == ("zero_gradient", 0)
     assert (res.W_kq == 0).all()
     np.testing.assert_array_equal(res.stage2["loss"], np.full(6, res.stage2["loss"][0]))
@@ -148,7 +146,7 @@ def test_zero_gradient_stop_pads_the_contract_output():
                           "targets": ds.targets, "W_ov": np.zeros((3, 3)), "W_kq": np.zeros((3, 3)),
                           "K": np.array(3), "succ": ds.succ, "eta0": np.array(0.1), "eta": np.array(0.1),
                           "T0": np.array(3), "T": np.array(5)})
-    res = two_stage(ds, eta0=0.1, eta=0.1, T0=3, T=5)
+    res = tm.train(ds, eta0=0.1, eta=0.1, T0=3, T=5)
     np.testing.assert_array_equal(out["stage2_loss"], np.full(6, res.stage2["loss"][0]))
     np.testing.assert_array_equal(out["W_kq"], np.zeros((3, 3)))
 
@@ -156,8 +154,8 @@ def test_zero_gradient_stop_pads_the_contract_output():
 def test_zero_residual_leaves_shallow_parameters_unchanged():
     """Paired init gives f = 0; with targets 0 every gradient is zero and ProjGD does not move."""
     X = np.random.default_rng(1).standard_normal((5, 3, 2))
-    params = paired_init(4, 2, seed=3)
-    res = proj_gd("shallow", X, np.zeros(5), params, eta=1.0, steps=3)
+    params = shallow.paired_init(4, 2, seed=3)
+    res = shallow.train(shallow.prepare(X, np.zeros(5)), params, eta=1.0, steps=3)
     assert (res.train_loss == 0).all() and (res.grad_norms["W"] == 0).all()
     for name, p in zip("cUW", params):
         np.testing.assert_array_equal(res.params[name], p)
@@ -172,31 +170,31 @@ def _backends_close(fn, *args):
         close(u, v, 1e-10)
 
 
-#: model -> (loss-and-gradient function, init(m, d, seed))
-MODELS = {"shallow": (loss_and_grad, iid_init), "indrnn": (rnn_loss_and_grad, rnn_paired_init)}
+#: model -> (its API module, init(m, d, seed))
+MODELS = {"shallow": (shallow, shallow.iid_init), "indrnn": (indrnn, indrnn.paired_init)}
 
 
 @pytest.mark.parametrize("model", MODELS)
 def test_long_sequences_backends_agree(rng, model):
     """T = 1024 tokens."""
-    fun, init = MODELS[model]
+    api, init = MODELS[model]
     X, y = rng.standard_normal((3, 1024, 6)), rng.standard_normal(3)
-    _backends_close(fun, X, y, *init(8, 6, seed=0))
+    _backends_close(api.loss_and_grad, api.prepare(X, y), *init(8, 6, seed=0))
 
 
 @pytest.mark.parametrize("model", MODELS)
 def test_wide_models_backends_agree(rng, model):
     """m = 4096 heads / units."""
-    fun, init = MODELS[model]
+    api, init = MODELS[model]
     X, y = rng.standard_normal((3, 6, 4)), rng.standard_normal(3)
-    _backends_close(fun, X, y, *init(4096, 4, seed=0))
+    _backends_close(api.loss_and_grad, api.prepare(X, y), *init(4096, 4, seed=0))
 
 
 def test_twostage_long_sentences_backends_agree(rng):
     """Sentences of 1024 tokens."""
     K = 12
     ds = Dataset(rng.integers(0, K, (3, 1024)), np.full(3, 1024), rng.integers(0, K, 3), np.eye(K))
-    _backends_close(lambda *a, backend: tm.loss_and_grad(*a, backend), ds, rng.standard_normal((K, K)),
+    _backends_close(lambda *a, backend: tm.loss_and_grad(*a, backend=backend), ds, rng.standard_normal((K, K)),
                     rng.standard_normal((K, K)))
 
 
@@ -211,25 +209,25 @@ def peak_bytes(fn) -> int:
 
 
 def _shallow_T(T, backend, rng):
-    X, y = rng.standard_normal((4, T, 8)), rng.standard_normal(4)
-    c, U, W = iid_init(16, 8, seed=1)
-    return lambda: loss_and_grad(X, y, c, U, W, backend=backend)
+    data = shallow.prepare(rng.standard_normal((4, T, 8)), rng.standard_normal(4))
+    c, U, W = shallow.iid_init(16, 8, seed=1)
+    return lambda: shallow.loss_and_grad(data, c, U, W, backend=backend)
 
 
 def _shallow_m(m, backend, rng):
-    X, y = rng.standard_normal((4, 8, 4)), rng.standard_normal(4)
-    c, U, W = iid_init(m, 4, seed=1)
-    return lambda: loss_and_grad(X, y, c, U, W, backend=backend)
+    data = shallow.prepare(rng.standard_normal((4, 8, 4)), rng.standard_normal(4))
+    c, U, W = shallow.iid_init(m, 4, seed=1)
+    return lambda: shallow.loss_and_grad(data, c, U, W, backend=backend)
 
 
 def _rnn_T(T, backend, rng):
-    X, y = rng.standard_normal((4, T, 8)), rng.standard_normal(4)
-    return lambda: rnn_loss_and_grad(X, y, *rnn_paired_init(16, 8, seed=1), backend=backend)
+    data = indrnn.prepare(rng.standard_normal((4, T, 8)), rng.standard_normal(4))
+    return lambda: indrnn.loss_and_grad(data, *indrnn.paired_init(16, 8, seed=1), backend=backend)
 
 
 def _rnn_m(m, backend, rng):
-    X, y = rng.standard_normal((4, 8, 4)), rng.standard_normal(4)
-    return lambda: rnn_loss_and_grad(X, y, *rnn_paired_init(m, 4, seed=1), backend=backend)
+    data = indrnn.prepare(rng.standard_normal((4, 8, 4)), rng.standard_normal(4))
+    return lambda: indrnn.loss_and_grad(data, *indrnn.paired_init(m, 4, seed=1), backend=backend)
 
 
 def _twostage_L(L, backend, rng, method=None):
@@ -237,8 +235,8 @@ def _twostage_L(L, backend, rng, method=None):
     ds = Dataset(rng.integers(0, K, (4, L)), np.full(4, L), rng.integers(0, K, 4), np.eye(K))
     W1, W2 = rng.standard_normal((K, K)), rng.standard_normal((K, K))
     if method:
-        return lambda: tm.kq_direction(ds, W1, W2, method, backend)
-    return lambda: tm.loss_and_grad(ds, W1, W2, backend)
+        return lambda: tm.direction(ds, W1, W2, wrt="kq", method=method, backend=backend)
+    return lambda: tm.loss_and_grad(ds, W1, W2, backend=backend)
 
 
 @pytest.mark.parametrize("backend", ["numba", "numpy"])
@@ -266,19 +264,17 @@ def test_memory_linear_stable_direction_numba(rng):
 def test_library_refuses_overflowing_outputs(backend, rng):
     """Finite inputs whose result overflows float64 raise InputError naming the output (never a quiet inf/NaN)."""
     from ntpref.errors import InputError
-    from ntpref.shallow.model import forward, loss_and_grad, paired_init
-    from ntpref.shallow.indrnn import rnn_forward, rnn_loss_and_grad, rnn_paired_init
 
     X = np.abs(rng.standard_normal((3, 4, 2))) + 0.1          # positive tokens: sigma saturates at +1 below
-    c, U, W = paired_init(4, 2, seed=0)
     y = np.array([1e300, -1e300, 1e300])
     huge = np.full(4, 1e308)                                   # f = 4e308 / 2 overflows
+    c, U, W = shallow.paired_init(4, 2, seed=0)
     with pytest.raises(InputError, match="output 'loss'"):
-        loss_and_grad(X, y, c, U, W, backend=backend)
+        shallow.loss_and_grad(shallow.prepare(X, y), c, U, W, backend=backend)
     with pytest.raises(InputError, match="output 'f'"):
-        forward(X, huge, np.full_like(U, 100.0), W, backend=backend)
-    c, u, W_in = rnn_paired_init(4, 2, seed=0)
+        shallow.forward(shallow.prepare(X), huge, np.full_like(U, 100.0), W, backend=backend)
+    c, u, W_in = indrnn.paired_init(4, 2, seed=0)
     with pytest.raises(InputError, match="output 'loss'"):
-        rnn_loss_and_grad(X, y, c, u, W_in, backend=backend)
+        indrnn.loss_and_grad(indrnn.prepare(X, y), c, u, W_in, backend=backend)
     with pytest.raises(InputError, match="output 'f'"):
-        rnn_forward(X, huge, u, np.full_like(W_in, 100.0), backend=backend)
+        indrnn.forward(indrnn.prepare(X), huge, u, np.full_like(W_in, 100.0), backend=backend)

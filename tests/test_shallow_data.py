@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from ntpref.errors import InputError
-from ntpref.shallow import data
+from ntpref import shallow
 
 SMALL = dict(n=7, d=3, T=4, R=3, K=5, nu=0.4, n_train=5)
 
@@ -42,9 +42,9 @@ def _teacher_direct(X, anchors, alpha, U, W, nu, diagonal):
 @pytest.mark.parametrize("backend", ["numba", "numpy"])
 @pytest.mark.parametrize("attention", ["full", "diagonal"])
 def test_teacher_matches_spec_formula(attention, backend):
-    ts = data.teacher_student(**SMALL, teacher_attention=attention, seed=4, backend=backend, block=2)
+    ts = shallow.teacher_student(**SMALL, teacher_attention=attention, seed=4, backend=backend, block=2)
     rng = np.random.default_rng(4)                  # the documented draw order
-    X = data.scale_tokens(rng.standard_normal((7, 4, 3)))
+    X = shallow.scale_tokens(rng.standard_normal((7, 4, 3)))
     idx = rng.choice(7, size=3, replace=False)
     g = rng.standard_normal(3)
     U = rng.standard_normal((5, 3))
@@ -62,49 +62,49 @@ def test_scale_tokens_projects_long_tokens_onto_the_unit_sphere():
     """x_t ↦ x_t / max(1, ‖x_t‖) token by token (docs/shallow.md §1, §5)."""
     X = np.array([[[3.0, 4.0], [0.3, 0.4]], [[0.0, 0.0], [-6.0, 8.0]]])
     expected = np.array([[[0.6, 0.8], [0.3, 0.4]], [[0.0, 0.0], [-0.6, 0.8]]])
-    np.testing.assert_allclose(data.scale_tokens(X), expected, rtol=1e-15, atol=0)
+    np.testing.assert_allclose(shallow.scale_tokens(X), expected, rtol=1e-15, atol=0)
 
 
 TEACHER = dict(n=40, d=4, T=6, R=4, K=64, n_train=30)
 
 
 def test_teacher_modes_share_tokens_and_differ_in_labels():
-    full = data.teacher_student(**TEACHER, seed=2)
-    diag = data.teacher_student(**TEACHER, teacher_attention="diagonal", seed=2)
+    full = shallow.teacher_student(**TEACHER, seed=2)
+    diag = shallow.teacher_student(**TEACHER, teacher_attention="diagonal", seed=2)
     np.testing.assert_array_equal(full.X_train, diag.X_train)
     assert np.max(np.abs(full.y_train - diag.y_train)) > 1e-3 * np.max(np.abs(full.y_train))
 
 
 @pytest.mark.parametrize("attention", ["full", "diagonal"])
 def test_teacher_is_reproducible_from_config_and_seed(attention):
-    ts = data.teacher_student(**TEACHER, teacher_attention=attention, seed=2)
-    again = data.teacher_student(**TEACHER, teacher_attention=attention, seed=2)
+    ts = shallow.teacher_student(**TEACHER, teacher_attention=attention, seed=2)
+    again = shallow.teacher_student(**TEACHER, teacher_attention=attention, seed=2)
     for name in ("X_train", "y_train", "X_val", "y_val", "anchors", "alpha"):
         np.testing.assert_array_equal(getattr(ts, name), getattr(again, name))
     assert ts.config.teacher_attention == attention and ts.config.seed == 2
 
 
 def test_teacher_seed_changes_the_labels():
-    full = data.teacher_student(**TEACHER, seed=2)
-    assert not np.array_equal(data.teacher_student(**TEACHER, seed=3).y_train, full.y_train)
+    full = shallow.teacher_student(**TEACHER, seed=2)
+    assert not np.array_equal(shallow.teacher_student(**TEACHER, seed=3).y_train, full.y_train)
 
 
 def test_teacher_shapes_token_norms_and_anchor_weights():
-    full = data.teacher_student(**TEACHER, seed=2)
+    full = shallow.teacher_student(**TEACHER, seed=2)
     assert full.X_train.shape == (30, 6, 4) and full.y_val.shape == (10,)
     assert np.max(np.linalg.norm(full.X_train, axis=2)) <= 1.0 + 1e-15
     assert abs(np.abs(full.alpha).sum() - 1.0) < 1e-15
 
 
 def test_teacher_arrays_are_read_only():
-    full = data.teacher_student(**TEACHER, seed=2)
+    full = shallow.teacher_student(**TEACHER, seed=2)
     with pytest.raises(ValueError, match="read-only"):
         full.y_train[0] = 1.0
 
 
 @pytest.mark.parametrize("lag", [1, 4, 16])
 def test_autoregressive_lag_structure(lag):
-    ar = data.autoregressive(lag, n=300, n_train=240, burn_in=50, seed=5)
+    ar = shallow.autoregressive(lag, n=300, n_train=240, burn_in=50, seed=5)
     T, L = lag + 1, lag
     assert ar.config.T == T and ar.config.d == 17
     assert ar.X_train.shape == (240, T, 17) and ar.X_val.shape == (60, T, 17) and ar.y_val.shape == (60,)
@@ -128,16 +128,16 @@ def test_autoregressive_lag_structure(lag):
 
 
 def test_autoregressive_noise_seed_and_normalisation():
-    ar = data.autoregressive(4, seed=1)
+    ar = shallow.autoregressive(4, seed=1)
     assert ar.X_train.shape == (4000, 5, 17) and ar.X_val.shape == (1000, 5, 17)
     inn = ar.innovations[4:]                         # ε ~ N(0, 0.1): variance 0.1
     assert abs(inn.var() - 0.1) < 0.01 and abs(inn.mean()) < 0.02
-    again = data.autoregressive(4, seed=1)
+    again = shallow.autoregressive(4, seed=1)
     np.testing.assert_array_equal(ar.X_val, again.X_val)
     np.testing.assert_array_equal(ar.y_train, again.y_train)
-    assert not np.array_equal(data.autoregressive(4, seed=2).series, ar.series)
-    scaled = data.autoregressive(4, n=50, n_train=40, burn_in=10, normalize_tokens=True, seed=1)
-    raw = data.autoregressive(4, n=50, n_train=40, burn_in=10, seed=1)
+    assert not np.array_equal(shallow.autoregressive(4, seed=2).series, ar.series)
+    scaled = shallow.autoregressive(4, n=50, n_train=40, burn_in=10, normalize_tokens=True, seed=1)
+    raw = shallow.autoregressive(4, n=50, n_train=40, burn_in=10, seed=1)
     norms = np.linalg.norm(raw.X_train, axis=2)
     assert np.min(norms) > 1.0                       # sin² + cos² channels alone give √8
     np.testing.assert_allclose(scaled.X_train, raw.X_train / norms[..., None], rtol=1e-15)
@@ -146,10 +146,10 @@ def test_autoregressive_noise_seed_and_normalisation():
 
 def test_data_input_errors():
     with pytest.raises(InputError, match="teacher_attention"):
-        data.teacher_student(**SMALL, teacher_attention="diag")
+        shallow.teacher_student(**SMALL, teacher_attention="diag")
     with pytest.raises(InputError, match="n_train"):
-        data.teacher_student(**{**SMALL, "n_train": 7})
+        shallow.teacher_student(**{**SMALL, "n_train": 7})
     with pytest.raises(InputError, match="lag"):
-        data.autoregressive(0)
+        shallow.autoregressive(0)
     with pytest.raises(InputError, match="noise_var"):
-        data.autoregressive(3, noise_var=-1.0)
+        shallow.autoregressive(3, noise_var=-1.0)

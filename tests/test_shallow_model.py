@@ -1,15 +1,16 @@
 """Shallow multi-head transformer (docs/shallow.md §1–§2): the loss convention, the paired initialisation,
-closed forms (one token, head states written out), and the validation of data and options."""
+closed forms (one token, head states written out), the named results, and the validation of data and
+options."""
 import math
 
 import numpy as np
 import pytest
 
 from ntpref.errors import InputError
+from ntpref.shallow import (Batch, Forward, HeadStates, LossAndGrad, Params, forward, head_states, iid_init, indrnn,
+                            loss_and_grad, paired_init, prepare, scale_tokens)
 from ntpref.shallow.activation import dsigma_np, sigma_np
-from ntpref.shallow.data import scale_tokens
-from ntpref.shallow.model import (forward, head_states, iid_init, loss_and_grad, loss_from_outputs,
-                                  paired_init)
+from ntpref.shallow.evaluation import loss_from_outputs
 
 # every option at least once, including non-defaults together
 CONFIGS = [
@@ -56,8 +57,9 @@ def spec_head(X, j, U_i, W_i, tau_att, mask_last_key):
 
 def test_kappa_convention(rng):
     X, y, c, U, W = problem(rng)
-    f, loss2, *g2 = loss_and_grad(X, y, c, U, W, kappa=2)
-    _, loss1, *g1 = loss_and_grad(X, y, c, U, W, kappa=1)
+    data = prepare(X, y)
+    loss2, *g2, f = loss_and_grad(data, c, U, W, kappa=2)
+    loss1, *g1, _ = loss_and_grad(data, c, U, W, kappa=1)
     assert loss2 == pytest.approx(np.mean((f - y) ** 2), rel=1e-14)  # paper: mean, no 1/2
     assert loss1 == pytest.approx(loss2 / 2, rel=1e-14)
     for a, b in zip(g1, g2):
@@ -68,11 +70,56 @@ def test_kappa_convention(rng):
 @pytest.mark.parametrize("backend", ["numpy", "numba"])
 @pytest.mark.parametrize("cfg", CONFIGS)
 def test_forward_is_the_f_of_loss_and_grad(rng, cfg, backend):
-    """forward and loss_and_grad share one evaluation of f: bitwise the same outputs."""
+    """forward and loss_and_grad share one evaluation of f and of the loss: bitwise the same outputs."""
     X, y, c, U, W = problem(rng)
-    opts = {k: v for k, v in cfg.items() if k != "kappa"}
-    f = loss_and_grad(X, y, c, U, W, kappa=cfg["kappa"], backend=backend, **opts)[0]
-    assert np.array_equal(forward(X, c, U, W, backend=backend, **opts), f)
+    data = prepare(X, y, **{k: v for k, v in cfg.items() if k != "kappa"})
+    result = loss_and_grad(data, c, U, W, kappa=cfg["kappa"], backend=backend)
+    fw = forward(data, c, U, W, kappa=cfg["kappa"], backend=backend)
+    assert np.array_equal(fw.f, result.f) and fw.loss == result.loss
+    assert forward(data._replace(y=None), c, U, W, backend=backend).loss is None
+
+
+def test_results_are_named_tuples_in_the_documented_order(rng):
+    """loss first, then the gradients in parameter order, then the per-sample outputs."""
+    X, y, c, U, W = problem(rng)
+    data = prepare(X, y, tau_att=0.5, mask_last_key=True, activation="erf")
+    assert Batch._fields == ("X", "y", "tau_att", "mask_last_key", "activation")
+    assert (data.tau_att, data.mask_last_key, data.activation, data.n_keys) == (0.5, True, "erf", X.shape[1] - 1)
+    assert Params._fields == ("c", "U", "W") and isinstance(iid_init(4, 3, 7), Params)
+    assert Forward._fields == ("loss", "f") and LossAndGrad._fields == ("loss", "grad_c", "grad_U", "grad_W", "f")
+    assert HeadStates._fields == ("s", "a", "MU")
+    result = loss_and_grad(data, c, U, W)
+    assert isinstance(result, LossAndGrad) and result.grad_U.shape == U.shape and result.f.shape == y.shape
+    assert isinstance(forward(data, c, U, W), Forward) and isinstance(head_states(data, U, W), HeadStates)
+
+
+@pytest.mark.parametrize("wrong, got", [(lambda X, y: X, "numpy.ndarray"),
+                                        (lambda X, y: indrnn.prepare(X, y), "ntpref.shallow.indrnn.Batch")])
+def test_data_must_be_prepared_by_the_transformer(rng, wrong, got):
+    X, y, c, U, W = problem(rng)
+    message = rf"^data: expected the prepared data of ntpref.shallow.prepare\(X, y\), got {got}$"
+    for call in (lambda: forward(wrong(X, y), c, U, W), lambda: loss_and_grad(wrong(X, y), c, U, W),
+                 lambda: head_states(wrong(X, y), U, W)):
+        with pytest.raises(InputError, match=message):
+            call()
+
+
+def test_loss_needs_targets(rng):
+    X, y, c, U, W = problem(rng)
+    with pytest.raises(InputError, match=r"^array 'y': the loss needs targets y \[n\]$"):
+        loss_and_grad(prepare(X), c, U, W)
+
+
+def test_prepared_data_serves_new_parameters(rng):
+    """One prepared batch, new parameters each call; the parameters are still checked per call."""
+    X, y, *_ = problem(rng)
+    data = prepare(X, y, tau_att=0.5, mask_last_key=True)
+    first, second = iid_init(4, 3, seed=1), iid_init(4, 3, seed=2)
+    a, b = loss_and_grad(data, *first), loss_and_grad(data, *second)
+    assert not np.array_equal(a.f, b.f)
+    assert np.array_equal(loss_and_grad(data, *first).f, a.f)
+    with pytest.raises(InputError, match=r"^array 'W': expected shape \[4, 3, 3\], got \[4, 2, 2\]$"):
+        forward(data, np.ones(4), np.ones((4, 3)), np.ones((4, 2, 2)))
 
 
 def test_paired_init_pairs_heads_with_opposite_output_weights():
@@ -97,7 +144,7 @@ def test_paired_init_needs_even_width():
 def test_paired_init_gives_zero_output(rng, backend, opts):
     c, U, W = paired_init(8, 3, seed=3)
     X = tokens(rng, 30, 5, 3)
-    assert np.max(np.abs(forward(X, c, U, W, backend=backend, **opts))) <= 1e-15
+    assert np.max(np.abs(forward(prepare(X, **opts), c, U, W, backend=backend).f)) <= 1e-15
 
 
 @pytest.mark.parametrize("backend", ["numpy", "numba"])
@@ -105,9 +152,9 @@ def test_paired_init_gradient_of_c_sees_sigma(rng, backend):
     """f = 0 and y = 1: loss = 1 and grad_c_i = m^{-1/2} Σ_j g_j σ(s_ji) with g_j = −2/n (docs/shallow.md §2),
     not zero although f is."""
     c, U, W = paired_init(8, 3, seed=3)
-    X = tokens(rng, 30, 5, 3)
-    _, loss, gc, _, _ = loss_and_grad(X, np.ones(30), c, U, W, backend=backend)
-    s = head_states(X, U, W, backend=backend)[0]
+    data = prepare(tokens(rng, 30, 5, 3), np.ones(30))
+    loss, gc, _, _, _ = loss_and_grad(data, c, U, W, backend=backend)
+    s = head_states(data, U, W, backend=backend).s
     assert loss == pytest.approx(1.0, rel=1e-14)
     close(gc, -2.0 / 30 * sigma_np(s, "tanh").sum(axis=0) / math.sqrt(8), rtol=1e-13)
     assert np.max(np.abs(gc)) > 0
@@ -117,12 +164,12 @@ def test_paired_init_gradient_of_c_sees_sigma(rng, backend):
 def test_single_token_attends_to_itself(rng, backend):
     X = tokens(rng, 9, 1, 4)
     c, U, W = iid_init(6, 4, seed=1)
-    s, a, MU = head_states(X, U, W, tau_att=0.3, backend=backend)
+    s, a, MU = head_states(prepare(X, tau_att=0.3), U, W, backend=backend)
     assert np.allclose(a, np.broadcast_to(X[:, :1, :], a.shape), rtol=1e-15, atol=0)
     assert np.max(np.abs(MU)) <= 1e-16
     close(s, X[:, 0, :] @ U.T, rtol=1e-14)
     y = rng.standard_normal(9)
-    f, _, gc, gU, gW = loss_and_grad(X, y, c, U, W, backend=backend)
+    _, gc, gU, gW, f = loss_and_grad(prepare(X, y), c, U, W, backend=backend)
     close(f, np.tanh(X[:, 0, :] @ U.T) @ c / math.sqrt(6), rtol=1e-14)
     assert np.max(np.abs(gW)) <= 1e-16
     g = (f - y) * 2 / 9
@@ -134,7 +181,8 @@ def test_single_token_attends_to_itself(rng, backend):
 def test_head_states_match_direct_computation(rng, backend, tau_att, mask):
     X = tokens(rng, 4, 5, 3)
     c, U, W = iid_init(3, 3, seed=2)
-    s, a, MU = head_states(X, U, W, tau_att=tau_att, mask_last_key=mask, backend=backend)
+    data = prepare(X, tau_att=tau_att, mask_last_key=mask)
+    s, a, MU = head_states(data, U, W, backend=backend)
     assert s.shape == (4, 3) and a.shape == MU.shape == (4, 3, 3)
     for j in range(4):
         for i in range(3):
@@ -144,8 +192,7 @@ def test_head_states_match_direct_computation(rng, backend, tau_att, mask):
             close(MU[j, i], MU_ji, rtol=1e-12)
             assert s[j, i] == pytest.approx(s_ji, rel=1e-13)
     # the output is m^{-1/2} Σ c σ(s)
-    close(forward(X, c, U, W, tau_att=tau_att, mask_last_key=mask, backend=backend),
-          sigma_np(s, "tanh") @ c / math.sqrt(3), rtol=1e-13)
+    close(forward(data, c, U, W, backend=backend).f, sigma_np(s, "tanh") @ c / math.sqrt(3), rtol=1e-13)
 
 
 @pytest.mark.parametrize("change,pattern", [
@@ -161,8 +208,10 @@ def test_head_states_match_direct_computation(rng, backend, tau_att, mask):
 def test_bad_data_or_option_is_an_input_error_naming_it(rng, change, pattern):
     X, y, c, U, W = problem(rng)
     kw = dict(X=X, y=y, c=c, U=U, W=W) | change(X, y)
+    params = [kw.pop(k) for k in ("c", "U", "W")]
+    call = {k: kw.pop(k) for k in ("kappa", "backend") if k in kw}
     with pytest.raises(InputError, match=pattern):
-        loss_and_grad(kw.pop("X"), kw.pop("y"), kw.pop("c"), kw.pop("U"), kw.pop("W"), **kw)
+        loss_and_grad(prepare(kw.pop("X"), kw.pop("y"), **kw), *params, **call)
 
 
 @pytest.mark.slow
@@ -171,6 +220,6 @@ def test_paper_scale_backends_agree(rng):
     X = tokens(rng, 4000, 16, 8)
     c, U, W = paired_init(64, 8, seed=1)
     c = c + 0.1 * rng.standard_normal(64)
-    y = rng.standard_normal(4000)
-    for a, b in zip(loss_and_grad(X, y, c, U, W), loss_and_grad(X, y, c, U, W, backend="numpy")):
+    data = prepare(X, rng.standard_normal(4000))
+    for a, b in zip(loss_and_grad(data, c, U, W), loss_and_grad(data, c, U, W, backend="numpy")):
         close(a, b)

@@ -7,9 +7,9 @@ import numba
 import numpy as np
 import pytest
 
+from ntpref import shallow
 from ntpref.errors import InputError
-from ntpref.shallow import model, ntk
-from ntpref.shallow.data import scale_tokens
+from ntpref.shallow import ntk, scale_tokens
 
 BACKENDS = ("numba", "numpy")
 
@@ -20,14 +20,14 @@ def _tokens(rng, n, T, d):
 
 
 def _per_sample_gradients(X, c, U, W, **opts):
-    """J [n, P]: ∇_θ f(X_j) from model.loss_and_grad on the single sample X_j with y_j = f_j + 1
+    """J [n, P]: ∇_θ f(X_j) from the model's loss_and_grad on the single sample X_j with y_j = f_j + 1
     (then ∂loss/∂f = κ r / 1 with r = f − y computed exactly like the model does, and grad / (κ r) = ∇f)."""
     rows = []
     for j in range(X.shape[0]):
         Xj = X[j:j + 1]
-        f = model.forward(Xj, c, U, W, **opts)
+        f = shallow.forward(shallow.prepare(Xj, **opts), c, U, W).f
         y = f + 1.0
-        f2, _, gc, gU, gW = model.loss_and_grad(Xj, y, c, U, W, kappa=2.0, **opts)
+        _, gc, gU, gW, f2 = shallow.loss_and_grad(shallow.prepare(Xj, y, **opts), c, U, W, kappa=2.0)
         g = 2.0 * (f2 - y)[0]
         rows.append(np.concatenate([gc, gU.ravel(), gW.ravel()]) / g)
     return np.array(rows)
@@ -40,7 +40,7 @@ OPTS = [dict(), dict(tau_att=0.7, mask_last_key=True), dict(activation="erf")]
 @pytest.mark.parametrize("opts", OPTS)
 def test_gram_equals_inner_products_of_gradients(rng, backend, opts):
     X = _tokens(rng, 5, 4, 3)
-    c, U, W = model.iid_init(6, 3, 7)
+    c, U, W = shallow.iid_init(6, 3, 7)
     c = c * rng.uniform(0.5, 1.5, 6)              # c_i² ≠ 1: the U and W blocks carry c_i², the c block not
     J = _per_sample_gradients(X, c, U, W, **opts)
     K = ntk.ntk_gram(X, c, U, W, backend=backend, block=4, **opts)
@@ -58,7 +58,7 @@ def test_gram_equals_inner_products_of_gradients(rng, backend, opts):
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_gram_symmetric_psd(rng, backend):
     X = _tokens(rng, 40, 5, 4)
-    c, U, W = model.paired_init(8, 4, 3)
+    c, U, W = shallow.paired_init(8, 4, 3)
     K = ntk.ntk_gram(X, c, U, W, backend=backend, block=3)
     assert np.array_equal(K, K.T)
     assert ntk.min_eigenvalue(K) >= -1e-12 * np.max(np.abs(K))
@@ -67,8 +67,8 @@ def test_gram_symmetric_psd(rng, backend):
 
 def test_blocked_equals_unblocked_bitwise_and_thread_independent(rng):
     X = _tokens(rng, 45, 5, 4)                      # 45 rows: several Gram tiles, one partial
-    c, U, W = model.iid_init(7, 4, 5)
-    dc, dU, dW = model.iid_init(7, 4, 6)
+    c, U, W = shallow.iid_init(7, 4, 5)
+    dc, dU, dW = shallow.iid_init(7, 4, 6)
 
     def run():
         return [ntk.ntk_gram(X, c, U, W, block=b) for b in (1, 3, 7)] + \
@@ -96,8 +96,8 @@ def test_blocked_equals_unblocked_bitwise_and_thread_independent(rng):
 
 def test_backends_agree(rng):
     X, X2 = _tokens(rng, 9, 5, 3), _tokens(rng, 4, 3, 3)
-    c, U, W = model.iid_init(6, 3, 2)
-    dc, dU, dW = model.iid_init(6, 3, 9)
+    c, U, W = shallow.iid_init(6, 3, 2)
+    dc, dU, dW = shallow.iid_init(6, 3, 9)
     opts = dict(tau_att=1.3, activation="erf")
     for fn in (lambda b: ntk.ntk_gram(X, c, U, W, backend=b, **opts),
                lambda b: ntk.ntk_gram(X, c, U, W, X2, backend=b, block=4, **opts),
@@ -111,18 +111,19 @@ def test_backends_agree(rng):
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_linearized_f_first_order(rng, backend):
     X = _tokens(rng, 6, 4, 3)
-    theta0 = model.iid_init(8, 3, 11)               # f(θ0) ≠ 0: the increment is what is linearised
-    delta = model.iid_init(8, 3, 12)
-    f0 = model.forward(X, *theta0)
+    theta0 = shallow.iid_init(8, 3, 11)               # f(θ0) ≠ 0: the increment is what is linearised
+    delta = shallow.iid_init(8, 3, 12)
+    data = shallow.prepare(X)
+    f0 = shallow.forward(data, *theta0).f
     errs = []
     for eps in (1e-2, 1e-3):
         theta = tuple(p + eps * q for p, q in zip(theta0, delta))
         lin = ntk.linearized_f(X, theta0, theta, backend=backend)
         np.testing.assert_allclose(lin, eps * ntk.jvp(X, *theta0, *delta, backend=backend), rtol=1e-9)
-        errs.append(np.max(np.abs(model.forward(X, *theta) - f0 - lin)))
+        errs.append(np.max(np.abs(shallow.forward(data, *theta).f - f0 - lin)))
     assert 0.005 < errs[1] / errs[0] < 0.02        # O(ε²)
     theta = tuple(p + 1e-3 * q for p, q in zip(theta0, delta))
-    assert errs[1] < 1e-3 * np.max(np.abs(model.forward(X, *theta) - f0))
+    assert errs[1] < 1e-3 * np.max(np.abs(shallow.forward(data, *theta).f - f0))
 
 
 def test_limit_kernel_matches_arcsine_closed_form():
@@ -156,7 +157,7 @@ def test_min_eigenvalue():
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_worst_case_delta(rng, backend):
     X = _tokens(rng, 7, 4, 3)
-    c, U, W = model.paired_init(6, 3, 4)
+    c, U, W = shallow.paired_init(6, 3, 4)
     rho = (1.0, 2.0, 3.0)
     dc, dU, dW = ntk.worst_case_delta(X, U, W, rho, backend=backend, tau_att=0.8)
     r = 1.0 / math.sqrt(6)
@@ -165,8 +166,8 @@ def test_worst_case_delta(rng, backend):
     np.testing.assert_allclose(np.linalg.norm(dW.reshape(6, -1), axis=1), rho[2] * r, rtol=1e-14)
     # direction: the loss gradient with every residual 1 is (κ/n) c_i/√m ∇_{θ_i} Σ_j σ(s_ji)
     c1 = np.ones(6)
-    f = model.forward(X, c1, U, W, tau_att=0.8)
-    _, _, _, gU, gW = model.loss_and_grad(X, f - 1.0, c1, U, W, tau_att=0.8)
+    f = shallow.forward(shallow.prepare(X, tau_att=0.8), c1, U, W).f
+    _, _, gU, gW, _ = shallow.loss_and_grad(shallow.prepare(X, f - 1.0, tau_att=0.8), c1, U, W)
     np.testing.assert_allclose(dU, rho[1] * r * gU / np.linalg.norm(gU, axis=1, keepdims=True), rtol=1e-11)
     gWn = np.linalg.norm(gW.reshape(6, -1), axis=1)[:, None, None]
     np.testing.assert_allclose(dW, rho[2] * r * gW / gWn, rtol=1e-11)
@@ -185,7 +186,7 @@ def test_transport(rng, backend):
     X, anchors = _tokens(rng, 5, 4, 3), _tokens(rng, 4, 4, 3)
     alpha = rng.standard_normal(4)
     alpha /= np.abs(alpha).sum()
-    c, U, W = model.paired_init(8, 3, 2)
+    c, U, W = shallow.paired_init(8, 3, 2)
     nu = (0.5, 1.5, 0.05)                           # small ν_w: the clipping is active
     v_c, v_u, v_w = ntk.transport_map(U, W, anchors, alpha, nu, backend=backend)
     assert np.all(np.abs(v_c) <= nu[0]) and np.all(np.linalg.norm(v_u, axis=1) <= nu[1])
@@ -210,7 +211,7 @@ def test_transport(rng, backend):
 
 def test_input_errors(rng):
     X = _tokens(rng, 3, 4, 3)
-    c, U, W = model.iid_init(4, 3, 0)
+    c, U, W = shallow.iid_init(4, 3, 0)
     with pytest.raises(InputError, match="'W'"):
         ntk.ntk_gram(X, c, U, W[:, :2])
     with pytest.raises(InputError, match="'X2'"):

@@ -1,5 +1,6 @@
 """IndRNN baseline (docs/shallow.md §6): the loss convention, the paired initialisation, the T = 1 closed
-form, long sequences and large weights, and the validation of data and options. Gradients against finite
+form, the hidden states, long sequences and large weights, the named results, and the validation of data
+and options. Gradients against finite
 differences, NumPy against Numba, thread determinism and the validation of c, u, W_in are checked for every
 model by tests/test_common_checks.py."""
 import math
@@ -8,10 +9,12 @@ import numpy as np
 import pytest
 
 from common_checks import check_backends_agree, indrnn_case
+from ntpref import shallow
 from ntpref.errors import InputError
-from ntpref.shallow.data import scale_tokens
+from ntpref.shallow import scale_tokens
+from ntpref.shallow.indrnn import (Batch, Forward, LossAndGrad, Params, forward, hidden_states, loss_and_grad,
+                                   paired_init, prepare)
 from ntpref.shallow.indrnn_kernels import BLOCK
-from ntpref.shallow.indrnn import rnn_forward, rnn_loss_and_grad, rnn_paired_init
 
 ACTS = ("tanh", "erf")
 
@@ -40,22 +43,67 @@ def test_loss_convention(rng, kappa):
     """κ = 2: the mean squared error; κ = 1: half of it (the loss whose gradient uses g = r / n)."""
     X, y, c, u, W_in = _problem(rng, n=9, T=4, d=3, m=6)
     for backend in ("numba", "numpy"):
-        f, loss, *_ = rnn_loss_and_grad(X, y, c, u, W_in, kappa=kappa, backend=backend)
+        loss, *_, f = loss_and_grad(prepare(X, y), c, u, W_in, kappa=kappa, backend=backend)
         assert loss == pytest.approx(kappa / 2 * np.mean((f - y) ** 2), rel=1e-14)
 
 
 @pytest.mark.parametrize("backend", ["numba", "numpy"])
 @pytest.mark.parametrize("act", ACTS)
 def test_forward_is_the_f_of_loss_and_grad(rng, act, backend):
-    """rnn_forward and rnn_loss_and_grad share one recurrence: bitwise the same f."""
+    """forward and loss_and_grad share one recurrence and one loss: bitwise the same f and loss."""
     X, y, c, u, W_in = _problem(rng, n=2 * BLOCK + 3, T=9, d=5, m=7)
-    f = rnn_loss_and_grad(X, y, c, u, W_in, activation=act, backend=backend)[0]
-    assert np.array_equal(rnn_forward(X, c, u, W_in, activation=act, backend=backend), f)
+    data = prepare(X, y, activation=act)
+    result = loss_and_grad(data, c, u, W_in, kappa=1, backend=backend)
+    fw = forward(data, c, u, W_in, kappa=1, backend=backend)
+    assert np.array_equal(fw.f, result.f) and fw.loss == result.loss
+    assert forward(prepare(X, activation=act), c, u, W_in, backend=backend).loss is None
+
+
+def test_results_are_named_tuples_in_the_documented_order(rng):
+    """loss first, then the gradients in parameter order, then the per-sample outputs."""
+    X, y, c, u, W_in = _problem(rng, n=5, T=3, d=2, m=4)
+    assert Batch._fields == ("X", "y", "activation") and Params._fields == ("c", "u", "W_in")
+    assert Forward is shallow.Forward and Forward._fields == ("loss", "f")
+    assert LossAndGrad._fields == ("loss", "grad_c", "grad_u", "grad_W_in", "f")
+    assert isinstance(paired_init(4, 2, 0), Params)
+    result = loss_and_grad(prepare(X, y), c, u, W_in)
+    assert isinstance(result, LossAndGrad) and result.grad_W_in.shape == W_in.shape and result.f.shape == y.shape
+
+
+@pytest.mark.parametrize("backend", ["numba", "numpy"])
+def test_hidden_states_give_the_output(rng, backend):
+    """h_t = σ(W_in x_t + u ⊙ h_{t−1}) written out; f = m^{-1/2} Σ_i c_i h_{T,i}."""
+    X, y, c, u, W_in = _problem(rng, n=5, T=4, d=3, m=6)
+    data = prepare(X, y, activation="erf")
+    H = hidden_states(data, u, W_in)
+    assert H.shape == (5, 5, 6) and not np.any(H[0])
+    h = np.zeros((5, 6))
+    for t in range(4):
+        h = _sigma(X[:, t] @ W_in.T + u * h, "erf")
+        np.testing.assert_allclose(H[t + 1], h, rtol=1e-13, atol=1e-15)
+    np.testing.assert_allclose(forward(data, c, u, W_in, backend=backend).f, H[4] @ c / np.sqrt(6), rtol=1e-12)
+
+
+@pytest.mark.parametrize("wrong, got", [(lambda X, y: X, "numpy.ndarray"),
+                                        (lambda X, y: shallow.prepare(X, y), "ntpref.shallow.model.Batch")])
+def test_data_must_be_prepared_by_the_indrnn(rng, wrong, got):
+    X, y, c, u, W_in = _problem(rng, n=4, T=3, d=2, m=4)
+    message = rf"^data: expected the prepared data of ntpref.shallow.indrnn.prepare\(X, y\), got {got}$"
+    for call in (lambda: forward(wrong(X, y), c, u, W_in), lambda: loss_and_grad(wrong(X, y), c, u, W_in),
+                 lambda: hidden_states(wrong(X, y), u, W_in)):
+        with pytest.raises(InputError, match=message):
+            call()
+
+
+def test_loss_needs_targets(rng):
+    X, _, c, u, W_in = _problem(rng, n=4, T=3, d=2, m=4)
+    with pytest.raises(InputError, match=r"^array 'y': the loss needs targets y \[n\]$"):
+        loss_and_grad(prepare(X), c, u, W_in)
 
 
 def test_paired_init_pairs_units_with_opposite_readout():
     m, d = 64, 17
-    c, u, W_in = rnn_paired_init(m, d, seed=3)
+    c, u, W_in = paired_init(m, d, seed=3)
     half = m // 2
     assert c.shape == u.shape == (m,) and W_in.shape == (m, d)
     assert np.array_equal(W_in[half:], W_in[:half]) and np.array_equal(u[half:], u[:half])
@@ -64,27 +112,27 @@ def test_paired_init_pairs_units_with_opposite_readout():
 
 
 def test_paired_init_is_seeded():
-    W_in = rnn_paired_init(64, 17, seed=3)[2]
-    assert np.array_equal(rnn_paired_init(64, 17, seed=3)[2], W_in)
-    assert not np.array_equal(rnn_paired_init(64, 17, seed=4)[2], W_in)
+    W_in = paired_init(64, 17, seed=3).W_in
+    assert np.array_equal(paired_init(64, 17, seed=3).W_in, W_in)
+    assert not np.array_equal(paired_init(64, 17, seed=4).W_in, W_in)
 
 
 @pytest.mark.parametrize("backend", ["numba", "numpy"])
 @pytest.mark.parametrize("act", ACTS)
 def test_paired_init_gives_zero_output(rng, act, backend):
-    c, u, W_in = rnn_paired_init(64, 17, seed=3)
-    X = rng.standard_normal((40, 20, 17))
-    assert np.abs(rnn_forward(X, c, u, W_in, activation=act, backend=backend)).max() <= 1e-15
+    c, u, W_in = paired_init(64, 17, seed=3)
+    data = prepare(rng.standard_normal((40, 20, 17)), activation=act)
+    assert np.abs(forward(data, c, u, W_in, backend=backend).f).max() <= 1e-15
 
 
 def test_paired_init_needs_even_width():
     with pytest.raises(InputError, match="^array 'm': paired initialisation needs an even width, got 5$"):
-        rnn_paired_init(5, 3, 0)
+        paired_init(5, 3, 0)
 
 
 def test_paired_init_needs_a_token_dimension():
     with pytest.raises(InputError, match="^array 'd': must be >= 1, got 0$"):
-        rnn_paired_init(4, 0, 0)
+        paired_init(4, 0, 0)
 
 
 @pytest.mark.parametrize("backend", ["numba", "numpy"])
@@ -95,7 +143,7 @@ def test_single_step_closed_form(rng, act, backend):
     n, m = 6, 5
     s = X[:, 0] @ W_in.T                                         # [n, m]
     f_expected = _sigma(s, act) @ c / np.sqrt(m)
-    f, loss, grad_c, grad_u, grad_W_in = rnn_loss_and_grad(X, y, c, u, W_in, activation=act, backend=backend)
+    loss, grad_c, grad_u, grad_W_in, f = loss_and_grad(prepare(X, y, activation=act), c, u, W_in, backend=backend)
     np.testing.assert_allclose(f, f_expected, rtol=1e-12, atol=1e-15)
     g = 2.0 * (f_expected - y) / n
     np.testing.assert_allclose(grad_c, _sigma(s, act).T @ g / np.sqrt(m), rtol=1e-12)
@@ -129,7 +177,7 @@ def test_long_sequence_backends_agree(act, regime):
 def test_long_sequence_output_is_bounded_by_the_readout(act, regime, backend):
     """|h_{T,i}| <= 1, so |f| <= m^{-1/2} Σ_i |c_i|."""
     p = _long_sequence_input(regime, act)
-    f = rnn_forward(p["X"], p["c"], p["u"], p["W_in"], activation=act, backend=backend)
+    f = forward(prepare(p["X"], activation=act), p["c"], p["u"], p["W_in"], backend=backend).f
     assert np.abs(f).max() <= np.abs(p["c"]).sum() / np.sqrt(p["c"].size)
 
 
@@ -143,23 +191,27 @@ def test_long_sequence_output_is_bounded_by_the_readout(act, regime, backend):
 ], ids=["X-rank", "X-inf", "y-length", "kappa", "activation", "backend"])
 def test_bad_data_or_option_is_an_input_error_naming_it(rng, change, pattern):
     X, y, c, u, W_in = _problem(rng, n=4, T=3, d=2, m=4)
+    kw = dict(X=X, y=y, activation="tanh") | change(X, y)
+    call = {k: kw.pop(k) for k in ("kappa", "backend") if k in kw}
     with pytest.raises(InputError, match=pattern):
-        rnn_loss_and_grad(**(dict(X=X, y=y, c=c, u=u, W_in=W_in) | change(X, y)))
+        loss_and_grad(prepare(**kw), c, u, W_in, **call)
 
 
 def test_forward_checks_parameters_against_c(rng):
     X, _, c, u, W_in = _problem(rng, n=4, T=3, d=2, m=4)
     with pytest.raises(InputError, match=r"^array 'u': expected shape \[4\], got \[3\]$"):
-        rnn_forward(X, c, u[:3], W_in)
+        forward(prepare(X), c, u[:3], W_in)
 
 
-def test_forward_refuses_an_empty_batch(rng):
-    _, _, c, u, W_in = _problem(rng, n=4, T=3, d=2, m=4)
+def test_prepare_refuses_an_empty_batch():
     with pytest.raises(InputError, match=r"^array 'X': expected shape \[n, T, d\] with n, T, d >= 1, got \[0, 3, 2\]$"):
-        rnn_forward(np.zeros((0, 3, 2)), c, u, W_in)
+        prepare(np.zeros((0, 3, 2)))
 
 
 def test_activation_may_be_a_0d_array(rng):
     X, _, c, u, W_in = _problem(rng, n=4, T=3, d=2, m=4)
-    np.testing.assert_array_equal(rnn_forward(X, c, u, W_in, activation=np.array("erf")),
-                                  rnn_forward(X, c, u, W_in, activation="erf"))
+    data = prepare(X, activation=np.array("erf"))
+    assert data.activation == "erf" and type(data.activation) is str
+    for backend in ("numba", "numpy"):
+        np.testing.assert_array_equal(forward(data, c, u, W_in, backend=backend).f,
+                                      forward(prepare(X, activation="erf"), c, u, W_in, backend=backend).f)

@@ -1,17 +1,16 @@
-"""ProjGD / ProjSGD and the per-head projection (docs/shallow.md §3), for the transformer and the IndRNN."""
+"""ProjGD / ProjSGD and the per-head projection (docs/shallow.md §3), for the transformer and the IndRNN: the
+trainer recognises the model by the type of the prepared data."""
 import math
 
 import numpy as np
 import pytest
 
+from ntpref import shallow
 from ntpref.errors import InputError
-from ntpref.shallow.data import scale_tokens
-from ntpref.shallow.model import (batch, batch_forward, batch_loss_and_grad, forward, iid_init, loss_and_grad,
-                                  loss_from_outputs, paired_init)
+from ntpref.shallow import (TrainResult, forward, iid_init, indrnn, loss_and_grad, paired_init, prepare, scale_tokens,
+                            train)
+from ntpref.shallow.evaluation import loss_from_outputs
 from ntpref.shallow.projection import head_radii, project, project_block
-from ntpref.shallow.indrnn import (rnn_batch, rnn_batch_forward, rnn_batch_loss_and_grad, rnn_forward,
-                                rnn_loss_and_grad, rnn_paired_init)
-from ntpref.shallow.train import proj_gd
 
 
 def data(rng, n=12, T=4, d=3):
@@ -63,18 +62,19 @@ def test_projgd_without_projection_is_plain_gd(rng):
     X, y = data(rng)
     theta = iid_init(4, 3, seed=5)
     calls = []
-    res = proj_gd("shallow", X, y, theta, eta=0.3, steps=4, tau_att=0.7, activation="erf",
-                  progress=lambda *a: calls.append(a))
+    prepared = prepare(X, y, tau_att=0.7, activation="erf")
+    res = train(prepared, theta, eta=0.3, steps=4, progress=lambda *a: calls.append(a))
+    assert isinstance(res, TrainResult) and res.model == "shallow"
     c, U, W = theta
     for t in range(4):
-        _, loss, gc, gU, gW = loss_and_grad(X, y, c, U, W, tau_att=0.7, activation="erf")
+        loss, gc, gU, gW, _ = loss_and_grad(prepared, c, U, W)
         assert res.train_loss[t] == loss
         assert res.grad_norms["W"][t] == math.sqrt(np.sum(gW * gW))
         assert res.grad_norms["c"][t] == math.sqrt(np.sum(gc * gc))
         c, U, W = c - 0.3 * gc, U - 0.3 * gU, W - 0.3 * gW
     for name, expected in zip("cUW", (c, U, W)):
         assert np.array_equal(res.params[name], expected)
-    final = loss_from_outputs(forward(X, c, U, W, tau_att=0.7, activation="erf"), y, 2.0)
+    final = loss_from_outputs(forward(prepared, c, U, W).f, y, 2.0)
     assert res.final_train_loss == final
     assert res.min_train_loss == res.train_loss.min() and res.train_loss[-1] < res.train_loss[0]
     assert res.val_loss is None and res.final_val_loss is None
@@ -87,107 +87,122 @@ def test_projgd_stays_in_the_balls_and_logs_validation(rng):
     m = 4
     theta0 = paired_init(m, 3, seed=2)
     rho = (0.2, 0.3, 0.5)
-    res = proj_gd("shallow", X, y, theta0, eta=2.0, steps=6, rho=rho, X_val=Xv, y_val=yv, kappa=1)
+    res = train(prepare(X, y), theta0, eta=2.0, steps=6, rho=rho, val=prepare(Xv, yv), kappa=1)
     for (name, p0), r in zip(zip("cUW", theta0), rho):
         assert np.all(head_norms(res.params[name] - p0) <= r / math.sqrt(m) * (1 + 1e-14))
     assert np.any(np.isclose(head_norms(res.params["W"] - theta0[2]), 0.5 / math.sqrt(m)))  # active
-    fv = forward(Xv, res.params["c"], res.params["U"], res.params["W"])
+    fv = forward(prepare(Xv), *res.params.values()).f
     assert res.val_loss.shape == (6,) and res.final_val_loss == loss_from_outputs(fv, yv, 1.0)
     # one step by hand: gradient step, then the projection of docs/shallow.md §3
-    _, loss, *grads = loss_and_grad(X, y, *theta0, kappa=1)
+    loss, *grads, _ = loss_and_grad(prepare(X, y), *theta0, kappa=1)
     first = project([p - 2.0 * g for p, g in zip(theta0, grads)], theta0, head_radii(rho, m, 3))
-    one = proj_gd("shallow", X, y, theta0, eta=2.0, steps=1, rho=rho, kappa=1)
+    one = train(prepare(X, y), theta0, eta=2.0, steps=1, rho=rho, kappa=1)
     assert all(np.array_equal(one.params[k], v) for k, v in zip("cUW", first)) and one.train_loss[0] == loss
 
 
 def test_projsgd_reproducible_from_seed(rng):
     X, y = data(rng, n=20)
+    prepared = prepare(X, y)
     theta = iid_init(4, 3, seed=1)
-    kw = dict(eta=0.5, steps=5, batch=6, rho=(1.0, 1.0, 1.0))
-    a = proj_gd("shallow", X, y, theta, seed=11, **kw)
-    b = proj_gd("shallow", X, y, theta, seed=11, **kw)
-    other = proj_gd("shallow", X, y, theta, seed=12, **kw)
+    kw = dict(eta=0.5, steps=5, batch_size=6, rho=(1.0, 1.0, 1.0))
+    a = train(prepared, theta, seed=11, **kw)
+    b = train(prepared, theta, seed=11, **kw)
+    other = train(prepared, theta, seed=12, **kw)
     assert all(np.array_equal(a.params[k], b.params[k]) for k in "cUW")
     assert np.array_equal(a.train_loss, b.train_loss)
     assert not np.array_equal(a.params["W"], other.params["W"])
     # the first step by hand: indices with replacement from default_rng(seed), minibatch gradient
     idx = np.random.default_rng(11).integers(0, 20, size=6)
-    _, _, *grads = loss_and_grad(X[idx], y[idx], *theta)
+    _, *grads, _ = loss_and_grad(prepare(X[idx], y[idx]), *theta)
     first = project([p - 0.5 * g for p, g in zip(theta, grads)], theta, head_radii((1.0,) * 3, 4, 3))
-    one = proj_gd("shallow", X, y, theta, seed=11, **{**kw, "steps": 1})
+    one = train(prepared, theta, seed=11, **{**kw, "steps": 1})
     assert all(np.array_equal(one.params[k], v) for k, v in zip("cUW", first))
-    assert one.train_loss[0] == loss_from_outputs(forward(X, *theta), y, 2.0)  # full training loss
+    assert one.train_loss[0] == forward(prepared, *theta).loss  # full training loss
     assert one.grad_norms["U"][0] == math.sqrt(np.sum(grads[1] ** 2))
 
 
-def test_indrnn_adapter_is_plain_gd(rng):
+def test_indrnn_data_trains_the_indrnn(rng):
     X, y = data(rng)
-    theta = rnn_paired_init(4, 3, seed=3)
-    res = proj_gd("indrnn", X, y, theta, eta=0.4, steps=3, activation="erf", kappa=1)
+    prepared = indrnn.prepare(X, y, activation="erf")
+    theta = indrnn.paired_init(4, 3, seed=3)
+    res = train(prepared, theta, eta=0.4, steps=3, kappa=1)
+    assert res.model == "indrnn" and list(res.params) == ["c", "u", "W_in"]
     c, u, W_in = theta
     for t in range(3):
-        f, loss, gc, gu, gW = rnn_loss_and_grad(X, y, c, u, W_in, activation="erf", kappa=1)
+        loss, gc, gu, gW, f = indrnn.loss_and_grad(prepared, c, u, W_in, kappa=1)
         assert res.train_loss[t] == loss and res.grad_norms["u"][t] == math.sqrt(np.sum(gu * gu))
         assert loss_from_outputs(f, y, 1.0) == pytest.approx(loss, rel=1e-14)  # same loss convention
         c, u, W_in = c - 0.4 * gc, u - 0.4 * gu, W_in - 0.4 * gW
     assert all(np.array_equal(res.params[k], v) for k, v in zip(("c", "u", "W_in"), (c, u, W_in)))
-    kw = dict(eta=0.4, batch=4, seed=0, rho=(0.1, 0.1, 0.1))
-    sgd = proj_gd("indrnn", X, y, theta, steps=3, **kw)
+    kw = dict(eta=0.4, batch_size=4, seed=0, rho=(0.1, 0.1, 0.1))
+    sgd = train(prepared, theta, steps=3, **kw)
+    assert sgd.model == "indrnn"
     assert np.all(np.abs(sgd.params["u"] - theta[1]) <= 0.1 / 2 * (1 + 1e-14))
-    one = proj_gd("indrnn", X, y, theta, steps=1, **kw)
-    assert sgd.train_loss[1] == loss_from_outputs(rnn_forward(X, *one.params.values()), y, 2.0)
+    one = train(prepared, theta, steps=1, **kw)
+    assert sgd.train_loss[1] == loss_from_outputs(indrnn.forward(prepared, *one.params.values()).f, y, 2.0)
 
 
-def test_trainer_rejects_bad_options(rng):
+def test_trainer_rejects_bad_arguments(rng):
     X, y = data(rng)
+    prepared = prepare(X, y)
     theta = iid_init(2, 3, seed=0)
     cases = [
-        (dict(model="indrnn", tau_att=0.5), "unknown option 'tau_att'"),
-        (dict(seed=3), "'seed'.*only used by ProjSGD"),
-        (dict(batch=3), "needs 'seed'"),
-        (dict(X_val=X), "both 'X_val' and 'y_val'"),
-        (dict(X_val=X[:, :, :2], y_val=y), "'X_val'.*dimension 2"),
-        (dict(eta=0.0), "'eta'.*> 0"),
-        (dict(steps=0), "'steps'.*>= 1"),
-        (dict(model="rnn"), "unknown model"),
-        (dict(eta=1e6, steps=50, kappa=2), "diverged|non-finite"),
+        (dict(seed=3), r"^array 'seed': only used by ProjSGD \(give 'batch_size' too, or drop 'seed'\)$"),
+        (dict(batch_size=3), r"^ProjSGD \('batch_size' given\) needs 'seed'$"),
+        (dict(batch_size=13, seed=0), r"^array 'batch_size': must be between 1 and n = 12 \(the number of training "
+                                      r"samples\), got 13$"),
+        (dict(val=prepare(X[:, :, :2], y)), r"^val: token dimension 2 differs from data's d = 3$"),
+        (dict(val=prepare(X)), r"^val: the validation loss needs targets y$"),
+        (dict(val=prepare(X, y, tau_att=2.0)), r"^val: prepared with tau_att = 2\.0, data with tau_att = 1\.0$"),
+        (dict(eta=0.0), r"^array 'eta': must be > 0\.0, got 0\.0$"),
+        (dict(steps=0), r"^array 'steps': must be >= 1, got 0$"),
+        (dict(rho=(1.0, 1.0)), r"^array 'rho': expected 3 radii \(one per parameter block\), got 2$"),
+        (dict(kappa=3), r"^array 'kappa': must be 1 or 2, got 3\.0$"),
+        (dict(backend="torch"), r"^backend must be one of numba, numpy, got 'torch'$"),
+        (dict(eta=1e6, steps=50, kappa=2), r"^training diverged at step \d+: non-finite loss or parameters"),
     ]
     for change, pattern in cases:
-        kw = {"model": "shallow", "eta": 0.1, "steps": 2, **change}
-        params = rnn_paired_init(2, 3, 0) if kw["model"] == "indrnn" else theta
+        kw = {"eta": 0.1, "steps": 2, **change}
         with pytest.raises(InputError, match=pattern):
-            proj_gd(kw.pop("model"), X, y, params, **kw)
+            train(prepared, theta, **kw)
+    with pytest.raises(InputError, match=r"^array 'y': training needs targets y \[n\]$"):
+        train(prepare(X), theta, eta=0.1, steps=2)
+    with pytest.raises(InputError, match=r"^model 'shallow': expected 3 parameter blocks \(c, U, W\), got 2$"):
+        train(prepared, theta[:2], eta=0.1, steps=2)
+    with pytest.raises(InputError, match=r"^array 'W': expected shape \[2, 3, 3\], got \[2, 3\]$"):
+        train(prepared, (theta.c, theta.U, theta.U), eta=0.1, steps=2)
+
+
+@pytest.mark.parametrize("model, val, got", [
+    ("shallow", lambda X, y: indrnn.prepare(X, y), "ntpref.shallow.indrnn.Batch"),
+    ("indrnn", lambda X, y: prepare(X, y), "ntpref.shallow.model.Batch"),
+    ("shallow", lambda X, y: (X, y), "builtins.tuple"),
+])
+def test_validation_data_of_another_model_is_refused(rng, model, val, got):
+    X, y = data(rng)
+    api = shallow if model == "shallow" else indrnn
+    message = rf"^val: expected prepared data of the same model as data \({model}\), got {got}$"
+    with pytest.raises(InputError, match=message):
+        train(api.prepare(X, y), api.paired_init(2, 3, 0), eta=0.1, steps=2, val=val(X, y))
+
+
+@pytest.mark.parametrize("wrong, got", [(lambda X, y: X, "numpy.ndarray"), (lambda X, y: (X, y), "builtins.tuple")])
+def test_unprepared_data_is_refused(rng, wrong, got):
+    X, y = data(rng)
+    message = (r"^data: expected prepared data \(ntpref.shallow.prepare or ntpref.shallow.indrnn.prepare\), "
+               rf"got {got}$")
+    with pytest.raises(InputError, match=message):
+        train(wrong(X, y), iid_init(2, 3, 0), eta=0.1, steps=2)
 
 
 @pytest.mark.parametrize("model", ["shallow", "indrnn"])
 def test_trajectories_agree_across_backends(rng, model):
     """docs/contract.md: per-step losses of the two backends agree to rtol 1e-9 over 50 steps."""
     X, y = data(rng, n=40, T=6, d=3)
-    theta = paired_init(8, 3, seed=4) if model == "shallow" else rnn_paired_init(8, 3, seed=4)
+    api = shallow if model == "shallow" else indrnn
+    prepared, theta = api.prepare(X, y), api.paired_init(8, 3, seed=4)
     kw = dict(eta=0.2, steps=50, rho=(3.0, 3.0, 3.0))
-    a, b = (proj_gd(model, X, y, theta, backend=backend, **kw) for backend in ("numba", "numpy"))
+    a, b = (train(prepared, theta, backend=backend, **kw) for backend in ("numba", "numpy"))
+    assert a.model == b.model == model
     np.testing.assert_allclose(a.train_loss, b.train_loss, rtol=1e-9)
     assert np.all(np.diff(a.train_loss) < 0)  # a smooth (non-chaotic) trajectory
-
-
-def test_validated_batches_serve_new_parameters_and_need_targets_for_the_loss(rng):
-    X, y = data(rng)
-    b = batch(X, y, tau_att=0.5, mask_last_key=True)
-    rb = rnn_batch(X, y, activation="erf")
-    for seed in (1, 2):                                     # one validated batch, new parameters each time
-        params = iid_init(4, 3, seed=seed)
-        expected = loss_and_grad(X, y, *params, kappa=1.0, tau_att=0.5, mask_last_key=True)
-        for got, want in zip(batch_loss_and_grad(b, *params, kappa=1.0), expected):
-            assert np.array_equal(got, want)
-        assert np.array_equal(batch_forward(b, *params), forward(X, *params, tau_att=0.5, mask_last_key=True))
-        c, u, W_in = rnn_paired_init(4, 3, seed=seed)
-        for got, want in zip(rnn_batch_loss_and_grad(rb, c, u, W_in), rnn_loss_and_grad(X, y, c, u, W_in,
-                                                                                        activation="erf")):
-            assert np.array_equal(got, want)
-        assert np.array_equal(rnn_batch_forward(rb, c, u, W_in), rnn_forward(X, c, u, W_in, activation="erf"))
-    with pytest.raises(InputError, match="'y'"):
-        batch_loss_and_grad(batch(X), *iid_init(4, 3, seed=1))
-    with pytest.raises(InputError, match="'y'"):
-        rnn_batch_loss_and_grad(rnn_batch(X), *rnn_paired_init(4, 3, seed=1))
-    with pytest.raises(InputError, match="'W'"):                 # parameters are still checked per call
-        batch_forward(b, np.ones(4), np.ones((4, 3)), np.ones((4, 2, 2)))

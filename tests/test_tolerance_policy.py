@@ -159,7 +159,7 @@ def ulp_noise(case_or_inputs, model, kind, expected, k=4.0):
 
 # --- generated inputs ----------------------------------------------------------------------------
 def gen_shallow(seed, paired=True, **options):
-    from ntpref.shallow.model import paired_init
+    from ntpref.shallow import paired_init
 
     rng = np.random.default_rng(seed)
     n, T, d, m = 7, 4, 3, 6
@@ -172,16 +172,16 @@ def gen_shallow(seed, paired=True, **options):
 
 
 def gen_indrnn(seed):
-    from ntpref.shallow.indrnn import rnn_paired_init
+    from ntpref.shallow import indrnn
 
     rng = np.random.default_rng(seed)
-    c, u, W_in = rnn_paired_init(6, 3, seed)
+    c, u, W_in = indrnn.paired_init(6, 3, seed)
     X = rng.normal(size=(9, 5, 3)) / 2
     return {"model": np.array("indrnn"), "X": X, "y": rng.normal(size=9), "c": c, "u": u, "W_in": W_in}
 
 
 def gen_twostage(seed):
-    from ntpref.twostage.data import random_realizable
+    from ntpref.twostage import random_realizable
 
     ds = random_realizable(K=6, N=15, min_len=1, max_len=5, seed=seed, embedding="gaussian", d=4).dataset
     rng = np.random.default_rng(seed)
@@ -307,23 +307,24 @@ def test_generated_inputs(which):
 # --- training: per-step rounding passes, a 1e-3 error in one gradient fails --------------------------
 def _shallow_gradients(monkeypatch, model, change):
     """Make the trainer's gradients change(block index, gradient) (NumPy backend)."""
-    from ntpref.shallow import train
+    from ntpref.shallow.train import MODELS
 
-    spec = train.MODELS[model]
+    spec = MODELS[model]
 
-    def loss_and_grad(batch, *params, kappa):
-        f, loss, *grads = spec.loss_and_grad(batch, *params, kappa=kappa)
-        return (f, loss, *(change(b, g) for b, g in enumerate(grads)))
+    def loss_and_grad(data, *params, kappa, backend):
+        loss, *grads, f = spec.loss_and_grad(data, *params, kappa=kappa, backend=backend)
+        return (loss, *(change(b, g) for b, g in enumerate(grads)), f)
 
-    monkeypatch.setitem(train.MODELS, model, dataclasses.replace(spec, loss_and_grad=loss_and_grad))
+    monkeypatch.setitem(MODELS, model, dataclasses.replace(spec, loss_and_grad=loss_and_grad))
 
 
 def _twostage_direction(monkeypatch, change):
-    """Make the NumPy trainer's gradient G change before it is normalised (model._unit)."""
+    """Make the NumPy trainer's gradient G change before it is normalised (model.unit_direction)."""
     from ntpref.twostage import model
 
-    unit = model._unit
-    monkeypatch.setattr(model, "_unit", lambda G, log_scale, backend: unit(change(G), log_scale, backend))
+    unit = model.unit_direction
+    monkeypatch.setattr(model, "unit_direction",
+                        lambda G, log_scale, *, backend: unit(change(G), log_scale, backend=backend))
 
 
 def _ulps(rng):
@@ -377,7 +378,7 @@ def test_train_from_paired_init_with_index_order_heads_passes(monkeypatch):
 
     monkeypatch.setattr(model, "_output_np", index_order)
     entry, inputs, expected = stored("shallow_train_projgd")
-    assert np.any(model.forward(inputs["X"], inputs["c"], inputs["U"], inputs["W"], backend="numpy"))
+    assert np.any(model.forward(model.prepare(inputs["X"]), inputs["c"], inputs["U"], inputs["W"], backend="numpy").f)
     passes(expected, contract.train(inputs, "numpy"), policy("shallow_train_projgd"))
 
 
@@ -400,16 +401,18 @@ def _attention_cancel():
 def test_stable_direction_bound_where_the_naive_gradient_cancels():
     """At the start of stage 2 the naive gradient's ‖M(G)‖/‖G‖ is astronomical (its direction is lost),
     while the log-scale direction is accurate: both backends agree within the bound 2 γ_K ρ of each."""
-    from ntpref.twostage import model
+    from ntpref import twostage
+    from ntpref.twostage.contract import input_dataset
 
     inputs, expected = _attention_cancel()
-    ds, _, W_kq0 = tolerance._twostage_data(inputs)
-    prep = model._prepared(ds)
+    W_kq0 = inputs["W_kq"]
+    prep = twostage.prepare(input_dataset(inputs))
     sc, _ = tolerance.twostage_scales(prep, expected["W_ov"], W_kq0)
-    G = model._loss_and_grad(prep, expected["W_ov"], W_kq0, "numba")[2]
+    G = twostage.loss_and_grad(prep, expected["W_ov"], W_kq0).grad_W_kq
     assert np.linalg.norm(sc.M["grad_W_kq"]) / np.linalg.norm(G) > 1e20
-    naive = model._direction(prep, expected["W_ov"], W_kq0, "kq", "naive", "numba")[0].unit
-    stable = {b: model._direction(prep, expected["W_ov"], W_kq0, "kq", "stable", b)[0].unit for b in ("numba", "numpy")}
+    naive = twostage.direction(prep, expected["W_ov"], W_kq0, wrt="kq", method="naive").unit
+    stable = {b: twostage.direction(prep, expected["W_ov"], W_kq0, wrt="kq", backend=b).unit
+              for b in ("numba", "numpy")}
     assert np.abs(naive - stable["numba"]).max() > 1e-3                  # the float64 gradient points elsewhere
     rho = tolerance.stable_accuracy(prep, expected["W_ov"], W_kq0, "kq")
     assert 1.0 < rho < 1e6

@@ -6,9 +6,8 @@ from ntpref.cli import main
 from ntpref.errors import InputError
 from ntpref.oracle import contract
 from ntpref.npzio import load_npz, save_npz
-from ntpref.twostage import model
-from ntpref.twostage.data import Dataset, five_token_example
-from ntpref.twostage.train import two_stage
+from ntpref import twostage
+from ntpref.twostage import Dataset, five_token_example
 
 
 def _inputs(ds: Dataset, W_ov, W_kq, *, onehot=True, succ=True):
@@ -30,9 +29,9 @@ def gaussian_case(rng):
 
 
 def _expected(ds, W_ov, W_kq, backend="numba"):
-    fw = model.forward(ds, W_ov, W_kq, backend)
-    loss, g_ov, g_kq = model.loss_and_grad(ds, W_ov, W_kq, backend)
-    loss0, g0 = model.collocation_loss_and_grad(ds.E, ds.succ, W_ov, backend=backend)
+    fw = twostage.forward(ds, W_ov, W_kq, backend=backend)
+    loss, g_ov, g_kq = twostage.loss_and_grad(ds, W_ov, W_kq, backend=backend)
+    loss0, g0, _ = twostage.loss_and_grad(twostage.prepare_collocations(ds.E, ds.succ), W_ov, None, backend=backend)
     return {"loss": loss, "logits": fw.logits, "attn": fw.attn, "grad_W_ov": g_ov, "grad_W_kq": g_kq,
             "loss0": loss0, "grad0_W_ov": g0}
 
@@ -63,7 +62,7 @@ def test_eval_onehot_without_succ_and_padding():
     assert set(out) == {"loss", "logits", "attn", "grad_W_ov", "grad_W_kq"}
     assert out["attn"][1, 2] == 0.0 and out["attn"][2, 1:].tolist() == [0.0, 0.0] and out["attn"][2, 0] == 1.0
     np.testing.assert_allclose(out["attn"].sum(axis=1), 1.0, rtol=1e-15)
-    loss, _, g_kq = model.loss_and_grad(ds, W_ov, W_kq)
+    loss, _, g_kq = twostage.loss_and_grad(ds, W_ov, W_kq)
     assert float(out["loss"]) == loss
     np.testing.assert_array_equal(out["grad_W_kq"], g_kq)
 
@@ -106,7 +105,7 @@ def test_train_cli_shapes_and_values(tmp_path):
               **{f"stage2_{k}": (T + 1,) for k in ("loss", "norm", "corr")}}
     assert {k: v.shape for k, v in out.items()} == shapes
     assert all(v.dtype == np.float64 for v in out.values())
-    ref = two_stage(five, eta0=0.2 / np.sqrt(5), eta=0.05 / np.sqrt(5), T0=T0, T=T, direction="naive")
+    ref = twostage.train(five, eta0=0.2 / np.sqrt(5), eta=0.05 / np.sqrt(5), T0=T0, T=T, direction="naive")
     np.testing.assert_array_equal(out["W_kq"], ref.W_kq)
     np.testing.assert_array_equal(out["stage2_corr"], ref.stage2["corr"])
     np.testing.assert_array_equal(out["stage1_loss"], ref.stage1["loss"])

@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 from ntpref.errors import InfeasibleError, InputError
-from ntpref.twostage.data import (Dataset, check_realizable, extended_order, find_cycle, five_token_example,
-                                  observed_relations, optimal_tokens, random_realizable, unseen_sentences)
+from ntpref.twostage import (Dataset, check_realizable, extended_order, find_cycle, five_token_example,
+                             observed_relations, optimal_tokens, random_realizable, unseen_sentences)
 
 # docs/twostage.md §8, by hand: optimal tokens and the relations they reveal
 FIVE_OPTIMAL = [1, 3, 4, 0, 1, 3]

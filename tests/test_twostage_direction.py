@@ -5,10 +5,10 @@ import mpmath
 import numpy as np
 import pytest
 
-from ntpref.twostage import model
-from ntpref.twostage.data import Dataset
+from ntpref import twostage
+from ntpref.twostage import Dataset, model
 
-from test_twostage_model import random_dataset, weights_for
+from test_twostage_model import random_dataset, stage1_direction, weights_for
 
 # docs/twostage.md §8: K = 5, E = I, n(x) = x + 1 mod 5
 FIVE_SENTENCES = [[1, 2, 0], [3, 1, 0], [4, 2, 0], [0, 4, 2], [1, 0, 2], [3, 3, 2]]
@@ -70,9 +70,8 @@ def test_stable_equals_naive_on_moderate_weights(rng, backend, embedding):
     for scale in (0.3, 1.0, 3.0):
         W_ov, W_kq = weights_for(ds, rng, scale)
         w = rng.uniform(0.0, 2.0, size=ds.K)
-        pairs = [(model.kq_direction(ds, W_ov, W_kq, method=m, backend=backend) for m in ("naive", "stable")),
-                 (model.ov_direction(ds.E, ds.succ, W_ov, weights=w, method=m, backend=backend)
-                  for m in ("naive", "stable"))]
+        pairs = [(twostage.direction(ds, W_ov, W_kq, wrt="kq", method=m, backend=backend) for m in ("naive", "stable")),
+                 (stage1_direction(ds, W_ov, weights=w, method=m, backend=backend) for m in ("naive", "stable"))]
         for naive, stable in map(tuple, pairs):
             assert np.abs(stable.unit - naive.unit).max() <= 1e-13
             assert stable.log_norm == pytest.approx(naive.log_norm, rel=1e-13, abs=1e-13)
@@ -87,11 +86,11 @@ def test_stable_direction_matches_high_precision_reference_where_naive_fails(bac
     for lam_ov, dps in ((20.0, 300), (1000.0, 1000)):
         W_ov, W_kq = lam_ov * w_ov_star(), 200.0 * w_kq_star()
         ref, ref_log = mp_gradient(FIVE_SENTENCES, FIVE_TARGETS, 5, W_ov, W_kq, "kq", dps)
-        stable = model.kq_direction(ds, W_ov, W_kq, method="stable", backend=backend)
+        stable = twostage.direction(ds, W_ov, W_kq, wrt="kq", method="stable", backend=backend)
         assert np.abs(stable.unit - ref).max() <= 1e-13
         assert stable.log_norm == pytest.approx(ref_log, rel=1e-13)
         assert np.linalg.norm(stable.unit) == pytest.approx(1.0, abs=1e-15)
-        naive = model.kq_direction(ds, W_ov, W_kq, method="naive", backend=backend)
+        naive = twostage.direction(ds, W_ov, W_kq, wrt="kq", method="naive", backend=backend)
         assert naive.unit is None or np.abs(naive.unit - ref).max() > 1e-2
         if lam_ov == 1000.0:
             assert naive.unit is None and naive.log_norm == -np.inf       # float64 gradient is exactly 0
@@ -99,7 +98,7 @@ def test_stable_direction_matches_high_precision_reference_where_naive_fails(bac
     # the reference itself: on moderate weights it reproduces the float64 gradient
     W_ov, W_kq = 2.0 * w_ov_star(), 1.5 * w_kq_star() + 0.1
     ref, ref_log = mp_gradient(FIVE_SENTENCES, FIVE_TARGETS, 5, W_ov, W_kq, "kq", 50)
-    naive = model.kq_direction(ds, W_ov, W_kq, method="naive", backend=backend)
+    naive = twostage.direction(ds, W_ov, W_kq, wrt="kq", method="naive", backend=backend)
     assert np.abs(naive.unit - ref).max() <= 1e-14 and naive.log_norm == pytest.approx(ref_log, rel=1e-14)
 
 
@@ -118,7 +117,7 @@ def test_stable_kq_direction_with_score_gaps_beyond_float64_range(rng, backend):
     targets = [2, 0, 1, 4, 3]
     ds = Dataset.from_sentences(sentences, targets, K=K)
     ref, ref_log = mp_gradient(sentences, targets, K, W_ov, W_kq, "kq", 2000)
-    stable = model.kq_direction(ds, W_ov, W_kq, method="stable", backend=backend)
+    stable = twostage.direction(ds, W_ov, W_kq, wrt="kq", method="stable", backend=backend)
     assert np.abs(stable.unit - ref).max() <= 1e-13
     assert stable.log_norm == pytest.approx(ref_log, rel=1e-13)
     assert ref_log < -10                       # the gradient is set by the e^-10 and e^-1000 attention
@@ -131,10 +130,11 @@ def test_stable_ov_direction_matches_high_precision_reference(rng, backend):
     succ = (np.arange(K) + 1) % K
     W_ov = 1000.0 * w_ov_star() + rng.normal(size=(K, K))
     ref, ref_log = mp_gradient([[x] for x in range(K)], list(succ), K, W_ov, np.zeros((K, K)), "ov", 1000)
-    stable = model.ov_direction(np.eye(K), succ, W_ov, method="stable", backend=backend)
+    D0 = twostage.prepare_collocations(np.eye(K), succ)
+    stable = twostage.direction(D0, W_ov, None, wrt="ov", method="stable", backend=backend)
     assert np.abs(stable.unit - ref).max() <= 1e-13
     assert stable.log_norm == pytest.approx(ref_log, rel=1e-13)
-    assert model.ov_direction(np.eye(K), succ, W_ov, method="naive", backend=backend).unit is None
+    assert twostage.direction(D0, W_ov, None, wrt="ov", method="naive", backend=backend).unit is None
 
 
 def test_zero_gradient_gives_no_direction(rng):
@@ -142,12 +142,12 @@ def test_zero_gradient_gives_no_direction(rng):
     W = rng.normal(size=(3, 3))
     for b in ("numba", "numpy"):
         for m in model.METHODS:
-            assert model.kq_direction(ds, W, W, method=m, backend=b) == (None, -np.inf)
+            assert twostage.direction(ds, W, W, wrt="kq", method=m, backend=b) == (None, -np.inf)
     # all tokens of every sentence equal: the attention gradient vanishes exactly
     ds = Dataset.from_sentences([[1, 1, 1], [0, 0]], [1, 2], K=3)
     for b in ("numba", "numpy"):
         for m in model.METHODS:
-            assert model.kq_direction(ds, W, W, method=m, backend=b) == (None, -np.inf)
+            assert twostage.direction(ds, W, W, wrt="kq", method=m, backend=b) == (None, -np.inf)
 
 
 @pytest.mark.parametrize("backend", ["numba", "numpy"])
@@ -159,27 +159,28 @@ def test_stage1_closed_form(backend):
     E = np.eye(K)
     star = np.eye(K)[succ].T - 1.0 / K                 # W_ov*[v, x] = 1[v = n(x)] - 1/K
     eta0 = 0.2 / np.sqrt(K)
+    D0 = twostage.prepare_collocations(E, succ)
     W = np.zeros((K, K))
     for t in range(1, 301):
-        W = W - eta0 * model.ov_direction(E, succ, W, backend=backend).unit
+        W = W - eta0 * twostage.direction(D0, W, None, wrt="ov", backend=backend).unit
         if t % 50 == 0:
-            L0 = model.collocation_loss_and_grad(E, succ, W, backend=backend)[0]
+            L0 = twostage.loss_and_grad(D0, W, None, backend=backend).loss
             assert L0 == pytest.approx(np.log1p((K - 1) * np.exp(-eta0 * t / np.sqrt(K - 1))), rel=1e-11)
             assert np.linalg.norm(W) == pytest.approx(eta0 * t, rel=1e-13)
             assert rho(W, star) == pytest.approx(1.0, abs=1e-14)
 
 
 def two_stage_rhos(method, checkpoints, T0=500):
-    """Throwaway Algorithm 1 on the 5-token example through the internal fast path."""
+    """Throwaway Algorithm 1 on the 5-token example: the directions on the prepared sets, step by step."""
     ds = five_token()
-    prep, prep0 = model._prepared(ds), model._prepared_collocation(ds.E, ds.succ)
+    prep, prep0 = twostage.prepare(ds), twostage.prepare_collocations(ds.E, ds.succ)
     eta0, eta = 0.2 / np.sqrt(5), 0.05 / np.sqrt(5)
     W_ov = np.zeros((5, 5))
     for _ in range(T0):
-        W_ov -= eta0 * model._direction(prep0, W_ov, None, "ov", "stable", "numba")[0].unit
+        W_ov -= eta0 * twostage.direction(prep0, W_ov, None, wrt="ov").unit
     W_kq, out = np.zeros((5, 5)), {}
     for t in range(1, max(checkpoints) + 1):
-        W_kq -= eta * model._direction(prep, W_ov, W_kq, "kq", method, "numba")[0].unit
+        W_kq -= eta * twostage.direction(prep, W_ov, W_kq, wrt="kq", method=method).unit
         if t in checkpoints:
             out[t] = rho(W_kq, w_kq_star())
     return out

@@ -1,4 +1,4 @@
-"""ntpref.twostage.model: Eq. 1 forward/loss/gradients, L0, ideal feed-forward, both backends."""
+"""ntpref/twostage/model.py: Eq. 1 forward/loss/gradients, L0, ideal feed-forward, both backends."""
 import numba
 import numpy as np
 import pytest
@@ -6,8 +6,8 @@ import pytest
 from common_checks import Size, check_backends_agree, twostage_case
 from ntpref.errors import InputError
 from ntpref.oracle.gradcheck import gradcheck
-from ntpref.twostage import kernels, model
-from ntpref.twostage.data import Dataset
+from ntpref import twostage
+from ntpref.twostage import Dataset, kernels, model
 
 K, D_GAUSS = 7, 5
 
@@ -41,6 +41,19 @@ def assert_close(actual, expected, rtol=1e-12):
     np.testing.assert_allclose(actual, expected, rtol=rtol, atol=rtol * max(np.abs(expected).max(), 1e-300))
 
 
+def l0_and_grad(ds, W_ov, C=None, weights=None, backend="numba"):
+    """(L0, ∇L0) through the public API: Eq. 1 on the collocation set D0, W_kq None."""
+    loss, grad, _ = twostage.loss_and_grad(twostage.prepare_collocations(ds.E, ds.succ, C, weights), W_ov, None,
+                                           backend=backend)
+    return loss, grad
+
+
+def stage1_direction(ds, W_ov, weights=None, method="stable", backend="numba"):
+    """Stage-1 direction: of ∇L0 on D0."""
+    D0 = twostage.prepare_collocations(ds.E, ds.succ, weights=weights)
+    return twostage.direction(D0, W_ov, None, wrt="ov", method=method, backend=backend)
+
+
 # Eq. 1 and its gradients (finite differences, NumPy against Numba, threads, parameter validation) are
 # checked for every model by tests/test_common_checks.py; this file checks what is specific to the
 # two-stage model: L0, the normalized directions, the ideal feed-forward loss and closed forms.
@@ -56,7 +69,7 @@ def test_collocation_gradient_matches_finite_differences(rng, embedding, backend
     w = rng.uniform(0.0, 3.0, size=ds.K) if restriction == "weighted" else None
 
     def fun(W_ov):
-        loss, grad = model.collocation_loss_and_grad(ds.E, ds.succ, W_ov, C=C, weights=w, backend=backend)
+        loss, grad = l0_and_grad(ds, W_ov, C=C, weights=w, backend=backend)
         return loss, {"W_ov": grad}
 
     report = gradcheck(fun, {"W_ov": W_ov})
@@ -75,18 +88,18 @@ def test_collocation_loss_is_eq1_on_one_token_sentences(rng):
     ds = random_dataset(rng, "gaussian")
     W_ov = weights_for(ds, rng)[0]
     d0, _ = _one_token_sentences(ds)
-    f = model.forward(d0, W_ov, np.zeros((ds.d, ds.d)))
-    assert model.collocation_loss_and_grad(ds.E, ds.succ, W_ov)[0] == pytest.approx(f.loss, rel=1e-14)
+    f = twostage.forward(d0, W_ov, np.zeros((ds.d, ds.d)))
+    assert l0_and_grad(ds, W_ov)[0] == pytest.approx(f.loss, rel=1e-14)
 
 
 def test_weighted_collocation_loss_is_the_normalised_weighted_mean(rng):
     ds = random_dataset(rng, "gaussian")
     W_ov = weights_for(ds, rng)[0]
     d0, C = _one_token_sentences(ds)
-    losses = model.forward(d0, W_ov, np.zeros((ds.d, ds.d))).losses
+    losses = twostage.forward(d0, W_ov, np.zeros((ds.d, ds.d))).losses
     w = rng.uniform(0.5, 2.0, size=ds.K)
     expected = (w[C] * losses).sum() / w[C].sum()
-    assert model.collocation_loss_and_grad(ds.E, ds.succ, W_ov, weights=w)[0] == pytest.approx(expected, rel=1e-14)
+    assert l0_and_grad(ds, W_ov, weights=w)[0] == pytest.approx(expected, rel=1e-14)
 
 
 def test_one_token_sentences_give_no_w_kq_gradient(rng):
@@ -95,7 +108,8 @@ def test_one_token_sentences_give_no_w_kq_gradient(rng):
     d0, _ = _one_token_sentences(ds)
     W_ov, W_kq = weights_for(ds, rng)
     for backend in ("numba", "numpy"):
-        assert np.array_equal(model.loss_and_grad(d0, W_ov, W_kq, backend=backend)[2], np.zeros((ds.d, ds.d)))
+        assert np.array_equal(twostage.loss_and_grad(d0, W_ov, W_kq, backend=backend).grad_W_kq,
+                              np.zeros((ds.d, ds.d)))
 
 
 def test_forward_values_by_hand(rng):
@@ -109,7 +123,7 @@ def test_forward_values_by_hand(rng):
     z = ds.E.T @ W_ov @ X @ phi
     loss = np.log(np.exp(z - z.max()).sum()) + z.max() - z[2]
     for backend in ("numba", "numpy"):
-        f = model.forward(ds, W_ov, W_kq, backend=backend)
+        f = twostage.forward(ds, W_ov, W_kq, backend=backend)
         assert f.loss == pytest.approx(loss, rel=1e-13)
         assert_close(f.attn[0], phi, 1e-13)
         assert_close(f.logits[0], z, 1e-13)
@@ -119,11 +133,11 @@ def _specific_outputs(ds, W_ov, W_kq, weights, backend):
     """The outputs of the two-stage model beyond Eq. 1: L0 and ∇L0, the ideal feed-forward loss, and the
     unit directions of both stages by both methods."""
     out = {}
-    out["L0"], out["g0"] = model.collocation_loss_and_grad(ds.E, ds.succ, W_ov, weights=weights, backend=backend)
-    out["ideal"] = model.ideal_ff_loss(ds, W_kq, 3.0, backend=backend)
+    out["L0"], out["g0"] = l0_and_grad(ds, W_ov, weights=weights, backend=backend)
+    out["ideal"] = twostage.ideal_ff_loss(ds, W_kq, 3.0, backend=backend)
     for m in model.METHODS:
-        kq = model.kq_direction(ds, W_ov, W_kq, method=m, backend=backend)
-        ov = model.ov_direction(ds.E, ds.succ, W_ov, weights=weights, method=m, backend=backend)
+        kq = twostage.direction(ds, W_ov, W_kq, wrt="kq", method=m, backend=backend)
+        ov = stage1_direction(ds, W_ov, weights=weights, method=m, backend=backend)
         out[f"kq_{m}"], out[f"kq_{m}_log"] = kq.unit, kq.log_norm
         out[f"ov_{m}"], out[f"ov_{m}_log"] = ov.unit, ov.log_norm
     return out
@@ -144,7 +158,7 @@ def test_backends_agree_on_collocation_ideal_and_directions(rng, embedding):
 @pytest.mark.parametrize("backend", ["numba", "numpy"])
 def test_attention_is_zero_on_padding(rng, backend):
     ds = random_dataset(rng, "gaussian")
-    attn = model.forward(ds, *weights_for(ds, rng), backend=backend).attn
+    attn = twostage.forward(ds, *weights_for(ds, rng), backend=backend).attn
     assert np.array_equal(attn[ds.tokens < 0], np.zeros(int((ds.tokens < 0).sum())))
     np.testing.assert_allclose(attn.sum(axis=1), np.ones(ds.N), rtol=1e-15, atol=0)
 
@@ -185,8 +199,8 @@ def test_saturated_weights_give_unit_directions(rng, scale, backend):
     ds = random_dataset(rng, "gaussian")
     W_ov, W_kq = weights_for(ds, rng, scale=scale)
     for m in model.METHODS:
-        for direction in (model.kq_direction(ds, W_ov, W_kq, method=m, backend=backend),
-                          model.ov_direction(ds.E, ds.succ, W_ov, method=m, backend=backend)):
+        for direction in (twostage.direction(ds, W_ov, W_kq, wrt="kq", method=m, backend=backend),
+                          stage1_direction(ds, W_ov, method=m, backend=backend)):
             if direction.unit is not None:
                 assert np.isfinite(direction.log_norm)
                 assert np.linalg.norm(direction.unit) == pytest.approx(1.0, abs=1e-14)
@@ -198,12 +212,12 @@ def test_saturated_collocation_and_ideal_losses_match_the_other_backend(rng, sca
     ds = random_dataset(rng, "gaussian")
     W_ov, W_kq = weights_for(ds, rng, scale=scale)
     other = "numpy" if backend == "numba" else "numba"
-    L0, g0 = model.collocation_loss_and_grad(ds.E, ds.succ, W_ov, backend=backend)
-    L0_other, g0_other = model.collocation_loss_and_grad(ds.E, ds.succ, W_ov, backend=other)
+    L0, g0 = l0_and_grad(ds, W_ov, backend=backend)
+    L0_other, g0_other = l0_and_grad(ds, W_ov, backend=other)
     assert L0 >= 0 and L0 == pytest.approx(L0_other, rel=1e-9, abs=1e-9 * scale)
     assert_close(g0, g0_other, 1e-9)
-    ideal = model.ideal_ff_loss(ds, W_kq, scale, backend=backend)
-    assert ideal >= 0 and ideal == pytest.approx(model.ideal_ff_loss(ds, W_kq, scale, backend=other), rel=1e-9,
+    ideal = twostage.ideal_ff_loss(ds, W_kq, scale, backend=backend)
+    assert ideal >= 0 and ideal == pytest.approx(twostage.ideal_ff_loss(ds, W_kq, scale, backend=other), rel=1e-9,
                                                  abs=1e-9 * scale)
 
 
@@ -225,14 +239,14 @@ def test_ideal_ff_equals_eq1_with_scaled_w_ov_star(rng, backend):
     nC = (ds.succ >= 0).sum()
     assert np.linalg.norm(M) ** 2 == pytest.approx(nC * (ds.K - 1) / ds.K, rel=1e-14)
     for lam in (0.0, 1.0, 37.5):
-        expected = model.forward(ds, lam * M / np.linalg.norm(M), W_kq, backend=backend).loss
-        assert model.ideal_ff_loss(ds, W_kq, lam, backend=backend) == pytest.approx(expected, rel=1e-13)
+        expected = twostage.forward(ds, lam * M / np.linalg.norm(M), W_kq, backend=backend).loss
+        assert twostage.ideal_ff_loss(ds, W_kq, lam, backend=backend) == pytest.approx(expected, rel=1e-13)
     # orthonormal E: W_ov* = E M E^T gives the same logits
     Q = np.linalg.qr(rng.normal(size=(ds.K + 2, ds.K)))[0]
     dq = Dataset(ds.tokens, ds.lengths, ds.targets, Q, ds.succ)
     W_kq = weights_for(dq, rng)[1]
-    expected = model.forward(dq, 5.0 * Q @ M @ Q.T / np.linalg.norm(M), W_kq, backend=backend).loss
-    assert model.ideal_ff_loss(dq, W_kq, 5.0, backend=backend) == pytest.approx(expected, rel=1e-12)
+    expected = twostage.forward(dq, 5.0 * Q @ M @ Q.T / np.linalg.norm(M), W_kq, backend=backend).loss
+    assert twostage.ideal_ff_loss(dq, W_kq, 5.0, backend=backend) == pytest.approx(expected, rel=1e-12)
 
 
 def test_ideal_ff_uniform_attention_closed_form():
@@ -244,34 +258,40 @@ def test_ideal_ff_uniform_attention_closed_form():
     z = lam_p * (psi - 1 / K)
     expected = np.log(np.exp(z).sum()) - z[1]
     for backend in ("numba", "numpy"):
-        assert model.ideal_ff_loss(ds, np.zeros((K, K)), lam, backend=backend) == pytest.approx(expected, rel=1e-14)
+        ideal = twostage.ideal_ff_loss(ds, np.zeros((K, K)), lam, backend=backend)
+        assert ideal == pytest.approx(expected, rel=1e-14)
 
 
 def test_vocabulary_of_one_token():
     ds = Dataset.from_sentences([[0, 0], [0]], [0, 0], K=1)
     for b in ("numba", "numpy"):
-        loss, g_ov, g_kq = model.loss_and_grad(ds, [[2.0]], [[3.0]], backend=b)
+        loss, g_ov, g_kq = twostage.loss_and_grad(ds, [[2.0]], [[3.0]], backend=b)
         assert loss == 0 and g_ov[0, 0] == 0 and g_kq[0, 0] == 0
-        assert model.kq_direction(ds, [[2.0]], [[3.0]], backend=b) == (None, -np.inf)
+        assert twostage.direction(ds, [[2.0]], [[3.0]], wrt="kq", backend=b) == (None, -np.inf)
 
 
 @pytest.mark.parametrize("call,pattern", [
-    (lambda ds, W: model.forward(ds, W, W, backend="torch"), "^backend must be one of numba, numpy, got 'torch'$"),
-    (lambda ds, W: model.kq_direction(ds, W, W, method="exact"),
+    (lambda ds, W: twostage.forward(ds, W, W, backend="torch"), "^backend must be one of numba, numpy, got 'torch'$"),
+    (lambda ds, W: twostage.direction(ds, W, W, wrt="kq", method="exact"),
      "^method must be one of stable, naive, got 'exact'$"),
-    (lambda ds, W: model.collocation_loss_and_grad(ds.E, ds.succ, W, C=[int(np.flatnonzero(ds.succ < 0)[0])]),
+    (lambda ds, W: twostage.step(ds, W, W, wrt="qk"), "^wrt must be one of kq, ov, got 'qk'$"),
+    (lambda ds, W: twostage.prepare_collocations(ds.E, ds.succ, C=[int(np.flatnonzero(ds.succ < 0)[0])]),
      r"^array 'C': token \d+ has no successor \(succ\[\d+\] = -1\)$"),
-    (lambda ds, W: model.ov_direction(ds.E, ds.succ, W, weights=-np.ones(ds.K)),
+    (lambda ds, W: twostage.prepare_collocations(ds.E, ds.succ, weights=-np.ones(ds.K)),
      "^array 'weights': negative value at index 0$"),
-    (lambda ds, W: model.ov_direction(ds.E, ds.succ, W, weights=np.zeros(ds.K)),
+    (lambda ds, W: twostage.prepare_collocations(ds.E, ds.succ, weights=np.zeros(ds.K)),
      "^array 'weights': the weights of the collocation set C sum to 0$"),
-    (lambda ds, W: model.ideal_ff_loss(Dataset(ds.tokens, ds.lengths, ds.targets, ds.E), W, 1.0),
+    (lambda ds, W: twostage.ideal_ff_loss(Dataset(ds.tokens, ds.lengths, ds.targets, ds.E), W, 1.0),
      "^ideal_ff_loss: the dataset has no collocation map 'succ'$"),
-    (lambda ds, W: model.ideal_ff_loss(ds, W, -1.0), r"^array 'lam': must be >= 0\.0, got -1\.0$"),
-    (lambda ds, W: model.forward({"tokens": ds.tokens}, W, W),
-     r"^ds: expected a ntpref\.twostage\.data\.Dataset, got dict$"),
-], ids=["backend", "method", "C-without-successor", "negative-weights", "zero-weights", "no-succ", "negative-lam",
-        "not-a-dataset"])
+    (lambda ds, W: twostage.ideal_ff_loss(ds, W, -1.0), r"^array 'lam': must be >= 0\.0, got -1\.0$"),
+    (lambda ds, W: twostage.forward({"tokens": ds.tokens}, W, W),
+     r"^data: expected a ntpref\.twostage\.Dataset or Prepared, got dict$"),
+    (lambda ds, W: twostage.prepare({"tokens": ds.tokens}), r"^ds: expected a ntpref\.twostage\.Dataset, got dict$"),
+    (lambda ds, W: twostage.loss_and_grad(ds, W, None),
+     r"^array 'W_kq': None is allowed only for one-token sentences \(Lmax = 1\), got Lmax = 6$"),
+    (lambda ds, W: twostage.forward(twostage.prepare(ds), W[:-1], W), r"^array 'W_ov'"),
+], ids=["backend", "method", "wrt", "C-without-successor", "negative-weights", "zero-weights", "no-succ",
+        "negative-lam", "not-data", "not-a-dataset", "W_kq-None", "W_ov-shape"])
 def test_bad_argument_is_an_input_error_naming_it(rng, call, pattern):
     ds = random_dataset(rng, "onehot")
     with pytest.raises(InputError, match=pattern):
@@ -282,5 +302,5 @@ def test_array_likes_are_accepted(rng):
     """Nested lists for W_ov and W_kq: at W = 0 every logit is 0 and the loss is log K."""
     ds = random_dataset(rng, "onehot")
     zero = np.zeros((ds.d, ds.d)).tolist()
-    assert model.forward(ds, zero, zero).loss == pytest.approx(np.log(ds.K), rel=1e-15)
+    assert twostage.forward(ds, zero, zero).loss == pytest.approx(np.log(ds.K), rel=1e-15)
 

@@ -15,9 +15,8 @@ import pytest
 from ntpref.cli import main
 from ntpref.errors import InfeasibleError
 from ntpref.npzio import load_npz, save_npz
-from ntpref.twostage.data import Dataset, five_token_example, observed_relations
+from ntpref.twostage import Dataset, W_kq_star, W_ov_star, five_token_example, observed_relations
 from ntpref.twostage.least_norm import least_norm
-from ntpref.twostage.svm import W_kq_star, W_ov_star
 
 SCALES = [1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0, 100.0, 1e3]
 FIVE = five_token_example()

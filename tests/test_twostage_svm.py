@@ -4,11 +4,11 @@ import numpy as np
 import pytest
 
 from ntpref.errors import InfeasibleError, InputError, NtprefError
+from ntpref.twostage import (Dataset, W_kq_star, W_ov_star, five_token_example, observed_relations, random_realizable,
+                             rho)
 from ntpref.twostage import least_norm as ln
 from ntpref.twostage import svm
-from ntpref.twostage.data import Dataset, five_token_example, observed_relations, random_realizable
 from ntpref.twostage.least_norm import SolverError, least_norm, solve_ldp
-from ntpref.twostage.svm import W_kq_star, W_ov_star, rho
 
 
 def assert_certified(cert, W):

@@ -203,7 +203,7 @@ def _twostage_eval_saturated(rng):
 
 
 def _realizable(rng, K: int, N: int, min_len: int, max_len: int, **embedding):
-    from ..twostage.data import random_realizable
+    from ..twostage import random_realizable
 
     task = random_realizable(K=K, N=N, min_len=min_len, max_len=max_len, seed=int(rng.integers(2 ** 31)), **embedding)
     ds = task.dataset
@@ -251,16 +251,16 @@ def _samples(rng, n: int, T: int, d: int) -> dict:
 
 
 def _heads(rng, model: str, m: int, d: int, paired: bool) -> dict:
-    from ..shallow.model import iid_init, paired_init
-    from ..shallow.indrnn import rnn_paired_init
+    from .. import shallow
+    from ..shallow import indrnn
 
     seed = int(rng.integers(2 ** 31))
     if model == "indrnn":
-        c, u, W_in = rnn_paired_init(m, d, seed)
+        c, u, W_in = indrnn.paired_init(m, d, seed)
         if not paired:
             c, u, W_in = (p + _normal(rng, *p.shape, scale=0.3) for p in (c, u, W_in))
         return dict(c=c, u=u, W_in=W_in)
-    c, U, W = (paired_init if paired else iid_init)(m, d, seed)
+    c, U, W = (shallow.paired_init if paired else shallow.iid_init)(m, d, seed)
     return dict(c=c, U=U, W=W)
 
 

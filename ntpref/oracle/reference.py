@@ -47,11 +47,10 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..checks import as_scalar
 from ..errors import ComparisonError, InputError
 from .compare import Report, check_tolerance, compare_arrays
 from ..npzio import atomic_write, load_npz, save_npz
-from .tolerance import attention_options, default_tolerances
+from .tolerance import default_tolerances
 
 FORMAT_VERSION = 1
 KINDS = ("eval", "train", "ntk")
@@ -249,13 +248,12 @@ def tolerances_of(entry: Mapping) -> dict[str, dict]:
 # --- computing a case --------------------------------------------------------------------------
 def _ntk(inputs: Mapping[str, np.ndarray], backend: str) -> dict[str, np.ndarray]:
     from ..checks import check_names
+    from ..shallow.contract import input_options
     from ..shallow.ntk import ntk_gram
 
     check_names(inputs, ("model", "X", "c", "U", "W"), ("tau_att", "mask_last_key", "activation"), what="ntk input")
-    opts = attention_options(inputs)
-    if "activation" in inputs:
-        opts["activation"] = as_scalar("activation", inputs["activation"], kind="str")
-    gram = ntk_gram(inputs["X"], inputs["c"], inputs["U"], inputs["W"], backend=backend, **opts)
+    gram = ntk_gram(inputs["X"], inputs["c"], inputs["U"], inputs["W"], backend=backend,
+                    **input_options("shallow", inputs))
     return {"gram": np.asarray(gram, dtype=np.float64)}
 
 
@@ -264,14 +262,15 @@ def intermediates(model: str, kind: str, inputs: Mapping[str, np.ndarray], backe
 
     Shallow-transformer eval / ntk cases: ``head_s`` [n, m] (pre-activations U_i^T a_i), ``head_a``
     [n, m, d] (attention outputs a_i = Σ_t α_t x_t) and ``head_MU`` [n, m, d] (M_i U_i), from
-    :func:`ntpref.shallow.model.head_states`. Other cases need none: two-stage eval outputs already
+    :func:`ntpref.shallow.head_states`. Other cases need none: two-stage eval outputs already
     hold the attention and logits, train outputs the per-step losses. Returns {} when there are none.
     """
     if model != "shallow" or kind == "train":
         return {}
-    from ..shallow.model import head_states
+    from ..shallow import head_states
+    from ..shallow.contract import input_data
 
-    s, a, MU = head_states(inputs["X"], inputs["U"], inputs["W"], backend=backend, **attention_options(inputs))
+    s, a, MU = head_states(input_data("shallow", inputs), inputs["U"], inputs["W"], backend=backend)
     return {"head_s": np.asarray(s), "head_a": np.asarray(a), "head_MU": np.asarray(MU)}
 
 

@@ -82,25 +82,6 @@ def eval_tolerance(M: np.ndarray, count: int) -> dict:
             "atol_per_step": 0.0, "reason": f"float64 policy, evaluation: {SAFETY:g}·γ_{count}·max M, M = {top:.3g}"}
 
 
-# --- options of the shallow models ----------------------------------------------------------------
-def attention_options(inputs: Mapping[str, np.ndarray]) -> dict:
-    """tau_att / mask_last_key of a shallow input, for :func:`ntpref.shallow.model.head_states`."""
-    opts = {}
-    if "tau_att" in inputs:
-        opts["tau_att"] = as_scalar("tau_att", inputs["tau_att"], low=0.0, low_open=True)
-    if "mask_last_key" in inputs:
-        opts["mask_last_key"] = as_scalar("mask_last_key", inputs["mask_last_key"], kind="bool")
-    return opts
-
-
-def _activation(inputs: Mapping[str, np.ndarray]) -> str:
-    return as_scalar("activation", inputs["activation"], kind="str") if "activation" in inputs else "tanh"
-
-
-def _kappa(inputs: Mapping[str, np.ndarray]) -> float:
-    return as_scalar("kappa", inputs["kappa"]) if "kappa" in inputs else 2.0
-
-
 # --- shallow transformer ----------------------------------------------------------------------------
 class _Heads(NamedTuple):
     """Per sample j and head i: values and magnitudes of the head states (docs/shallow.md §1–§2)."""
@@ -120,20 +101,19 @@ class _Heads(NamedTuple):
     count: int
 
 
-def _heads(X, U, W, opts: Mapping, activation: str) -> _Heads:
-    """Head states from :func:`ntpref.shallow.model.head_states` and their magnitudes.
+def _heads(data, U, W) -> _Heads:
+    """Head states from :func:`ntpref.shallow.head_states` on prepared data and their magnitudes.
 
     A_j = max_t |x_t| over the keys bounds every convex combination Σ_t α_t |x_t|;
     M(z_t) ≤ A^T |W_i| |q| / τ, R = 1 + 4 max M(z) the softmax factor; M(a) = R A, M(s) = R |U_i|^T A,
     M(MU) = R A (A^T |U_i| + |s|) + A (A^T |U_i| + M(s)) (MU = Σ_t α_t x_t (x_t^T U_i − s)),
     M(σ) = |σ| + |σ'| M(s), M(σ') = |σ'| + M(s) (|σ''| ≤ 1).
     """
+    from ..shallow import head_states
     from ..shallow.activation import dsigma_np, sigma_np
-    from ..shallow.model import head_states
 
-    s, a, MU = head_states(X, U, W, **opts)
-    tau = opts.get("tau_att", 1.0)
-    n_keys = X.shape[1] - 1 if opts.get("mask_last_key") else X.shape[1]
+    s, a, MU = head_states(data, U, W)
+    X, tau, n_keys = data.X, data.tau_att, data.n_keys
     A = np.abs(X[:, :n_keys]).max(axis=1)                                   # [n, d]
     q = np.abs(X[:, -1])
     R = 1.0 + 4.0 * np.einsum("jk,ikl,jl->ji", A, np.abs(W), q) / tau      # [n, m]
@@ -141,7 +121,7 @@ def _heads(X, U, W, opts: Mapping, activation: str) -> _Heads:
     Ms = R * AU
     Ma = R[:, :, None] * A[:, None, :]
     MMU = Ma * (AU + np.abs(s))[:, :, None] + A[:, None, :] * (AU + Ms)[:, :, None]
-    sig, dsig = sigma_np(s, activation), dsigma_np(s, activation)
+    sig, dsig = sigma_np(s, data.activation), dsigma_np(s, data.activation)
     d = X.shape[2]
     count = 2 * n_keys + d * d + 2 * d + 2 * TRANSCENDENTAL_ULPS
     return _Heads(s, a, MU, sig, dsig, Ms, Ma, MMU, np.abs(sig) + np.abs(dsig) * Ms, np.abs(dsig) + Ms, q, tau,
@@ -156,9 +136,11 @@ def _residual_scales(Mf: np.ndarray, r: np.ndarray, kappa: float):
     return np.array(Mloss), kappa * r / n, kappa / n * Mr
 
 
-def shallow_scales(X, y, c, U, W, kappa: float, opts: Mapping, activation: str) -> Scales:
-    """Magnitudes of f, loss, grad_c, grad_U, grad_W and the head states (head_s, head_a, head_MU)."""
-    h = _heads(X, U, W, opts, activation)
+def shallow_scales(data, c, U, W, kappa: float) -> Scales:
+    """Magnitudes of f, loss, grad_c, grad_U, grad_W and the head states (head_s, head_a, head_MU) on
+    prepared data with targets (:func:`ntpref.shallow.prepare`)."""
+    y = data.y
+    h = _heads(data, U, W)
     n, m = h.s.shape
     sm = math.sqrt(m)
     f = h.sig @ c / sm
@@ -176,11 +158,11 @@ def shallow_scales(X, y, c, U, W, kappa: float, opts: Mapping, activation: str) 
     return Scales(M, h.count + n + m)
 
 
-def ntk_scales(X, c, U, W, opts: Mapping, activation: str) -> Scales:
+def ntk_scales(data, c, U, W) -> Scales:
     """Magnitudes of the NTK Gram matrix gram [n, n] and the head states (kind "ntk"):
     K_jl = (1/m) Σ_i [σ_ji σ_li + c_i² σ'_ji σ'_li (⟨a_ji, a_li⟩ + τ^{-2} ⟨MU_ji, MU_li⟩ ⟨q_j, q_l⟩)],
-    M of each product = Σ over its factors of M(factor) · Π |other factors|."""
-    h = _heads(X, U, W, opts, activation)
+    M of each product = Σ over its factors of M(factor) · Π |other factors| (prepared data, no targets needed)."""
+    h = _heads(data, U, W)
     m = h.s.shape[1]
     qq = h.q @ h.q.T / h.tau ** 2
 
@@ -191,21 +173,22 @@ def ntk_scales(X, c, U, W, opts: Mapping, activation: str) -> Scales:
     dd = dsig[:, None, :] * dsig[None, :, :]
     Mdd = h.Mdsig[:, None, :] * dsig[None, :, :] + dsig[:, None, :] * h.Mdsig[None, :, :]
     gram = (h.Msig @ sig.T + sig @ h.Msig.T + np.einsum("i,jli->jl", c * c, Mdd * inner + dd * Minner)) / m
-    return Scales({"gram": gram, "head_s": h.Ms, "head_a": h.Ma, "head_MU": h.MMU}, h.count + m + 2 * X.shape[2])
+    return Scales({"gram": gram, "head_s": h.Ms, "head_a": h.Ma, "head_MU": h.MMU}, h.count + m + 2 * data.X.shape[2])
 
 
 # --- IndRNN -----------------------------------------------------------------------------------------
-def indrnn_scales(X, y, c, u, W_in, kappa: float, activation: str) -> Scales:
+def indrnn_scales(data, c, u, W_in, kappa: float) -> Scales:
     """Magnitudes of f, loss, grad_c, grad_u, grad_W_in (docs/shallow.md §6), from the hidden states
     h_t and pre-activations p_t of the oracle's recurrence: M(p_t) = |W_in| |x_t| + |u| M(h_{t−1}),
     M(h_t) = |h_t| + |σ'(p_t)| M(p_t), and backwards through time M(ε_t) = M(δ_t)|σ'| + |δ_t|(|σ'| + M(p_t))."""
+    from ..shallow import indrnn
     from ..shallow.activation import dsigma_np
-    from ..shallow.indrnn import _hidden_np
 
+    X, y, activation = data.X, data.y, data.activation
     n, T, d = X.shape
     m = c.shape[0]
     sm = math.sqrt(m)
-    H = _hidden_np(X, u, W_in, activation)                                  # [T + 1, n, m]
+    H = indrnn.hidden_states(data, u, W_in)                                 # [T + 1, n, m]
     absW, absu = np.abs(W_in), np.abs(u)
     Mh = [np.zeros((n, m))]
     Mp, dsig = [], []
@@ -245,14 +228,14 @@ class _Sentences(NamedTuple):
     Mphi: np.ndarray    # M(φ) [N, Lmax]
     Bt: np.ndarray      # B[k, τ_l] [K, N, Lmax], B = |E|^T |W_ov| |E|
     Mz: np.ndarray      # M(z_k) [N, K]
-    fw: object          # the oracle's model.Forward (loss, losses, logits, attn)
+    fw: object          # the oracle's twostage.Forward (loss, losses, logits, attn)
 
 
 def _sentences(prep, W_ov: np.ndarray, W_kq: np.ndarray) -> _Sentences:
     """The oracle's forward pass on ``prep`` and the magnitudes of s, φ, z (W_ov, W_kq [d, d])."""
-    from ..twostage import model
+    from .. import twostage
 
-    fw = model._forward(prep, W_ov, W_kq, "numba")
+    fw = twostage.forward(prep, W_ov, W_kq)
     E, tokens = prep.E, prep.tokens
     N, Lmax = tokens.shape
     inside = np.arange(Lmax)[None, :] < prep.lengths[:, None]
@@ -272,8 +255,8 @@ def _sentences(prep, W_ov: np.ndarray, W_kq: np.ndarray) -> _Sentences:
 
 def twostage_scales(prep, W_ov: np.ndarray, W_kq: np.ndarray | None) -> tuple[Scales, float]:
     """Magnitudes of loss, logits, attn, grad_W_ov, grad_W_kq (docs/twostage.md §2–§3) on a prepared,
-    weighted sentence set (:func:`ntpref.twostage.model._prepared` or ``_prepared_collocation``), and
-    the largest exponent magnitude max M(z) + max M(s) (a floor of ρ for the naive NGD direction).
+    weighted sentence set (:func:`ntpref.twostage.prepare` or ``prepare_collocations``), and the
+    largest exponent magnitude max M(z) + max M(s) (a floor of ρ for the naive NGD direction).
 
     With B = |E|^T |W_ov| |E| and S = |E|^T |W_kq| |E| (token space): M(s_l) = S[τ_l, q], M(φ_l) =
     φ_l (1 + 4 max_l M(s_l)), M(z_k) = Σ_l M(φ_l) B[k, τ_l], M(p_k) = p_k (1 + 4 max_k M(z_k)),
@@ -336,10 +319,10 @@ def stable_accuracy(prep, W_ov: np.ndarray, W_kq: np.ndarray | None, wrt: str) -
     magnitude of the exponents that form the log-scale weights (e^{λ_j − Λ}, e^{log φ_l + log φ_k − σ}).
     The exact values φ, m come from the oracle's logits and scores; ‖G‖ from its stable direction.
     Returns 1 when G = 0 (no step is taken)."""
-    from ..twostage import model
+    from .. import twostage
 
     W_kq = np.zeros_like(W_ov) if W_kq is None else W_kq
-    direction, _ = model._direction(prep, W_ov, W_kq, wrt, "stable", "numba")
+    direction = twostage.direction(prep, W_ov, W_kq, wrt=wrt, method="stable")
     if direction.log_norm == -np.inf:
         return 1.0
     st = _sentences(prep, W_ov, W_kq)
@@ -393,20 +376,20 @@ def stable_accuracy(prep, W_ov: np.ndarray, W_kq: np.ndarray | None, wrt: str) -
 
 def _twostage_data(inputs: Mapping[str, np.ndarray]):
     """(Dataset, W_ov, W_kq) of a two-stage input (validated by the model's contract)."""
-    from ..twostage.contract import _dataset
+    from ..twostage.contract import input_dataset
 
-    ds = _dataset(inputs)
+    ds = input_dataset(inputs)
     return ds, as_float("W_ov", inputs["W_ov"], (ds.d, ds.d)), as_float("W_kq", inputs["W_kq"], (ds.d, ds.d))
 
 
 def _twostage_eval(inputs: Mapping[str, np.ndarray]) -> dict[str, tuple[np.ndarray, int]]:
-    from ..twostage import model
+    from .. import twostage
 
     ds, W_ov, W_kq = _twostage_data(inputs)
-    sc, _ = twostage_scales(model._prepared(ds), W_ov, W_kq)
+    sc, _ = twostage_scales(twostage.prepare(ds), W_ov, W_kq)
     out = {k: (v, sc.count) for k, v in sc.M.items()}
     if ds.succ is not None:
-        sc0, _ = twostage_scales(model._prepared_collocation(ds.E, ds.succ), W_ov, None)
+        sc0, _ = twostage_scales(twostage.prepare_collocations(ds.E, ds.succ), W_ov, None)
         out.update(loss0=(sc0.M["loss"], sc0.count), grad0_W_ov=(sc0.M["grad_W_ov"], sc0.count))
     return out
 
@@ -422,17 +405,18 @@ def eval_scales(model: str, inputs: Mapping[str, np.ndarray], kind: str = "eval"
     computes the output to within γ_K · M elementwise (module docstring, docs/tolerance.md)."""
     if model == "twostage":
         return _twostage_eval(inputs)
-    X = as_float("X", inputs["X"], (None, None, None))
+    from ..shallow.contract import input_data, input_kappa
+    from ..shallow.train import adapter
+
+    spec = adapter(model)
+    data = input_data(model, inputs)
+    params = spec.check_params(*(inputs[b] for b in spec.blocks), d=data.X.shape[2])
     if kind == "ntk":
-        U_ = as_float("U", inputs["U"], (None, X.shape[2]))
-        sc = ntk_scales(X, as_float("c", inputs["c"], (U_.shape[0],)), U_, as_float("W", inputs["W"]),
-                        attention_options(inputs), _activation(inputs))
+        sc = ntk_scales(data, *params)
     elif model == "shallow":
-        sc = shallow_scales(X, as_float("y", inputs["y"]), *(as_float(b, inputs[b]) for b in ("c", "U", "W")),
-                            _kappa(inputs), attention_options(inputs), _activation(inputs))
+        sc = shallow_scales(data, *params, input_kappa(inputs))
     else:
-        sc = indrnn_scales(X, as_float("y", inputs["y"]), *(as_float(b, inputs[b]) for b in ("c", "u", "W_in")),
-                           _kappa(inputs), _activation(inputs))
+        sc = indrnn_scales(data, *params, input_kappa(inputs))
     return {k: (v, sc.count) for k, v in sc.M.items()}
 
 
@@ -504,15 +488,14 @@ def _twostage_train(inputs: Mapping[str, np.ndarray], names, backend: str) -> di
     both ends of the stage: for direction "stable" :func:`stable_accuracy`; for "naive" (the plain
     float64 gradient) the larger of ‖M(G)‖/‖G‖ at the start and 1 + 2·(max M(z) + max M(s))."""
     from . import contract
-    from ..twostage import model
-    from ..twostage.data import Dataset, optimal_tokens
+    from .. import twostage
 
     ds, W_ov0, W_kq0 = _twostage_data(inputs)
     eta0, eta = as_scalar("eta0", inputs["eta0"]), as_scalar("eta", inputs["eta"])
     T0 = as_scalar("T0", inputs["T0"], kind="int")
     naive = "direction" in inputs and as_scalar("direction", inputs["direction"], kind="str") == "naive"
     out = contract.train(inputs, backend)
-    prep, prep0 = model._prepared(ds), model._prepared_collocation(ds.E, ds.succ)
+    prep, prep0 = twostage.prepare(ds), twostage.prepare_collocations(ds.E, ds.succ)
     W_ov = out["W_ov"]
     stages = {"W_ov": (eta0, prep0, [(W_ov, None) for W_ov in (W_ov0, W_ov)], "ov", 1),
               "W_kq": (eta, prep, [(W_ov, W) for W in (W_kq0, out["W_kq"])], "kq", 2)}
@@ -521,7 +504,7 @@ def _twostage_train(inputs: Mapping[str, np.ndarray], names, backend: str) -> di
         sc = [twostage_scales(pset, *e) for e in ends]
         scales[block] = sc
         if naive:
-            G = model._loss_and_grad(pset, *ends[0], "numba")[g_index]
+            G = twostage.loss_and_grad(pset, *ends[0])[g_index]
             rel = 1.0 + 2.0 * max(x[1] for x in sc)
             if np.any(G):
                 rel = max(rel, float(np.linalg.norm(sc[0][0].M[f"grad_{block}"]) / np.linalg.norm(G)))
@@ -530,9 +513,7 @@ def _twostage_train(inputs: Mapping[str, np.ndarray], names, backend: str) -> di
         largest = max(_max(inputs[block]), _max(out[block]))
         eps[block] = U * largest + step * (U + 2.0 * gamma(sc[0][0].count) * rel)
         D[block] = _response(inputs, out, {block: eps[block]}, backend)
-    xstar = optimal_tokens(ds)
-    single = Dataset(xstar[:, None], np.ones(ds.N, dtype=np.int64), ds.targets, ds.E)
-    sf, _ = twostage_scales(model._prepared(single), W_ov, None)
+    sf, _ = twostage_scales(twostage.prepare(twostage.optimal_token_sentences(ds)), W_ov, None)
     T = as_scalar("T", inputs["T"], kind="int")
     tols = {}
     for name in names:

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..shallow.model import forward, paired_init
+from .. import shallow
 from ..shallow.ntk import attention_weights, jvp, linearized_f, transport, transport_map, worst_case_delta
 from . import Summary
 from .configs import by_axis, select_config
@@ -76,9 +76,9 @@ def cell(seed, teacher, m, n, K, T) -> dict:
     data = teacher_data(seed, n, T, K, teacher)
     X = np.concatenate([data.X_train, data.X_val])
     y = np.concatenate([data.y_train, data.y_val])
-    c, U, W = theta0 = paired_init(m, D, seed + INIT_SEED_OFFSET)
+    c, U, W = theta0 = shallow.paired_init(m, D, seed + INIT_SEED_OFFSET)
     dc, dU, dW = worst_case_delta(X, U, W, RHO)
-    f_pert = forward(X, c + dc, U + dU, W + dW)
+    f_pert = shallow.forward(shallow.prepare(X), c + dc, U + dU, W + dW).f
     lin = float(np.mean(np.abs(f_pert - jvp(X, c, U, W, dc, dU, dW))))
     return dict(approx_error=approx_error(X, y, data, theta0, teacher), lin_error=lin,
                 teacher_max_abs=float(np.max(np.abs(y))))

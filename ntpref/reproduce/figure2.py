@@ -2,7 +2,7 @@
 axes and the geometric rate of L − L* against the predicted rate.
 
 One cell = one seed: a random realizable dataset (``random_realizable(K, N, seed=seed)``, lengths 2..6,
-E = I, d = K) trained by Algorithm 1 (``two_stage``: zero init, η0 = 0.2/√d, η = 0.05/√d, stable
+E = I, d = K) trained by Algorithm 1 (``ntpref.twostage.train``: zero init, η0 = 0.2/√d, η = 0.05/√d, stable
 direction) for T0 stage-1 and T stage-2 updates, plus stage 1 once more from a random W_ov (the
 *random-init variant*, below). The cell stores the per-step metrics on a subsampled time grid
 (:func:`ntpref.reproduce.configs.time_grid`: about 1000 evenly and 200 log-spaced steps, always containing 0
@@ -46,8 +46,7 @@ import numpy as np
 from tabulate import tabulate
 
 from ..errors import InputError
-from ..twostage.data import random_realizable
-from ..twostage.train import two_stage
+from ..twostage import random_realizable, train
 from . import Summary
 from .configs import per_seed_config, seed_cells, time_grid
 from .plots import band, pyplot, save_figure
@@ -85,8 +84,8 @@ def cell(seed: int, K: int, N: int, T0: int, T: int) -> dict[str, np.ndarray]:
     task = random_realizable(K=K, N=N, seed=seed)
     d = task.dataset.d
     eta0, eta = 0.2 / np.sqrt(d), 0.05 / np.sqrt(d)
-    r = two_stage(task.dataset, eta0=eta0, eta=eta, T0=T0, T=T)
-    rand = two_stage(task.dataset, eta0=eta0, eta=eta, T0=T0, T=0, W_ov0=random_init_W_ov(d, seed))
+    r = train(task.dataset, eta0=eta0, eta=eta, T0=T0, T=T)
+    rand = train(task.dataset, eta0=eta0, eta=eta, T0=T0, T=0, W_ov0=random_init_W_ov(d, seed))
     t1, t2 = time_grid(T0), time_grid(T)
     out = {"t1": t1, "t2": t2, "L_star": np.float64(r.loss_floor), "eta0": np.float64(eta0),
            "eta": np.float64(eta), "sigma_rand": np.float64(RANDOM_INIT_SCALE / math.sqrt(d)),

@@ -35,8 +35,8 @@ from pathlib import Path
 import numpy as np
 from tabulate import tabulate
 
-from ..twostage.data import random_realizable, unseen_sentences
-from ..twostage.generalization import METRICS, generalization_curve, unseen_parts
+from ..twostage import generalization_curve, random_realizable, unseen_parts, unseen_sentences
+from ..twostage.generalization import METRICS
 from . import Summary
 from .configs import per_seed_config, seed_cells, time_grid
 from .plots import band, pyplot, save_figure

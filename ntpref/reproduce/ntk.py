@@ -34,9 +34,8 @@ import numpy as np
 from tabulate import tabulate
 
 from ..errors import InputError
-from ..shallow.model import paired_init
+from .. import shallow
 from ..shallow.ntk import limit_kernel, min_eigenvalue, ntk_gram
-from ..shallow.train import proj_gd
 from . import Summary
 from .configs import by_axis, select_config
 from .plots import loglog_panel, pyplot, save_figure
@@ -114,17 +113,17 @@ def first_bind(train_loss, free_train_loss, params, free_params) -> int:
 def _train_cell(seed, m, n, K, T, steps, n_drift, teacher) -> dict:
     start = time.process_time()
     data = teacher_data(seed, n, T, K, teacher)
-    X, y, Xd = data.X_train, data.y_train, data.X_train[:n_drift]
-    theta0 = paired_init(m, D, seed + INIT_SEED_OFFSET)
+    train, Xd = shallow.prepare(data.X_train, data.y_train), data.X_train[:n_drift]
+    theta0 = shallow.paired_init(m, D, seed + INIT_SEED_OFFSET)
     eta, rho = student_eta(steps), (RHO,) * 3
     K0 = ntk_gram(Xd, *theta0)
     t_at = checkpoint_steps(steps)
     ratio, drift = np.zeros((t_at.size, 3, m)), np.zeros(t_at.size)
     for k, t in enumerate(t_at[1:], start=1):
-        res = proj_gd("shallow", X, y, theta0, eta=eta, steps=int(t), rho=rho)
+        res = shallow.train(train, theta0, eta=eta, steps=int(t), rho=rho)
         theta = tuple(res.params[b] for b in BLOCKS)
         ratio[k], drift[k] = head_movement(theta, theta0, RHO), kernel_drift(Xd, K0, theta)
-    free = proj_gd("shallow", X, y, theta0, eta=eta, steps=steps)
+    free = shallow.train(train, theta0, eta=eta, steps=steps)
     free_theta = tuple(free.params[b] for b in BLOCKS)
     return dict(t=t_at, ratio=ratio, drift=drift, free_ratio=head_movement(free_theta, theta0, RHO),
                 first_bind=first_bind(res.train_loss, free.train_loss, theta, free_theta),
@@ -139,7 +138,7 @@ def cell(kind, seed, n, K, T, teacher, m=None, steps=None, n_drift=None, n_gram=
         return _train_cell(seed, m, n, K, T, steps, n_drift, teacher)
     X = teacher_data(seed, n, T, K, teacher).X_train[:n_gram]
     if kind == "gram":
-        return dict(lambda_min=min_eigenvalue(ntk_gram(X, *paired_init(m, D, seed + INIT_SEED_OFFSET))))
+        return dict(lambda_min=min_eigenvalue(ntk_gram(X, *shallow.paired_init(m, D, seed + INIT_SEED_OFFSET))))
     if kind == "limit":
         return dict(lambda_min=min_eigenvalue(limit_kernel(X, draws=draws, seed=seed)))
     raise InputError(f"unknown ntk cell kind {kind!r}")

@@ -2,13 +2,14 @@
 runs it: min validation MSE vs the lag L and the gradient-norm metric of their plotting script vs L, both
 models; and the validation curves, to show whether training has converged.
 
-Data: :func:`ntpref.shallow.data.autoregressive` (x_t = 0.9 x_{t−L} + ε_t, ε ~ N(0, 0.1), windows of
+Data: :func:`ntpref.shallow.autoregressive` (x_t = 0.9 x_{t−L} + ε_t, ε ~ N(0, 0.1), windows of
 T = L + 1 values, 17 token features: the value and 8 sin/cos pairs of periods 32·2^k, y z-scored, random
 80/20 split; the data seed is the cell's seed). The authors z-score y over all n windows before the split;
 here the training windows' mean and standard deviation are used (no validation statistics leak into
 training).
 Models: both of width m = 64, tanh, paired initialisation from seed + INIT_SEED_OFFSET (the shallow
-transformer's :func:`paired_init`; the IndRNN's :func:`rnn_paired_init`, u_i = ±1.5); plain full-batch GD
+transformer's :func:`ntpref.shallow.paired_init`; the IndRNN's :func:`ntpref.shallow.indrnn.paired_init`,
+u_i = ±1.5); plain full-batch GD
 (no projection) with η = 0.05; loss = MSE (κ = 2).
 Metrics:
   min validation MSE  min over the steps of the validation MSE after each update (``val_loss``, stored per
@@ -33,10 +34,8 @@ import numpy as np
 from tabulate import tabulate
 
 from ..errors import InputError
-from ..shallow.data import autoregressive
-from ..shallow.model import paired_init
-from ..shallow.indrnn import rnn_paired_init
-from ..shallow.train import adapter, proj_gd
+from .. import shallow
+from ..shallow.train import adapter
 from . import Summary
 from .configs import by_axis, select_config
 from .plots import ci_errorbar, pyplot, save_figure
@@ -104,12 +103,12 @@ def cell(model, lag, seed, m, n, steps, block) -> dict:
     """Train one model on the seed's AR(lag) data by plain GD; see the module docstring for the outputs."""
     _check_block(steps, block)
     start = time.process_time()
-    data = autoregressive(lag, n=n, n_train=round(TRAIN_FRACTION * n), coef=COEF, seed=seed)
-    init = paired_init if model == "shallow" else rnn_paired_init
-    params = init(m, D_TOKEN, seed + INIT_SEED_OFFSET)
+    data = shallow.autoregressive(lag, n=n, n_train=round(TRAIN_FRACTION * n), coef=COEF, seed=seed)
+    api = shallow if model == "shallow" else shallow.indrnn
+    params = api.paired_init(m, D_TOKEN, seed + INIT_SEED_OFFSET)
     try:
-        res = proj_gd(model, data.X_train, data.y_train, params, eta=ETA, steps=steps, X_val=data.X_val,
-                      y_val=data.y_val)
+        res = shallow.train(api.prepare(data.X_train, data.y_train), params, eta=ETA, steps=steps,
+                            val=api.prepare(data.X_val, data.y_val))
     except InputError as err:
         if "diverged" not in str(err):
             raise

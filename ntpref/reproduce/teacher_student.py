@@ -10,9 +10,8 @@ from functools import lru_cache
 import numpy as np
 
 from ..errors import InputError
-from ..shallow.data import TeacherStudent, teacher_student
-from ..shallow.model import forward, paired_init
-from ..shallow.train import proj_gd
+from .. import shallow
+from ..shallow import TeacherStudent
 
 D, R, NU, RHO, ETA_SCALE, TRAIN_FRACTION = 8, 16, 3.0, 3.0, 1.75, 0.8
 INIT_SEED_OFFSET = 1_000_003
@@ -22,7 +21,7 @@ SGD_SEED_OFFSET = 2_000_003
 """ProjSGD's minibatch seed = data seed + SGD_SEED_OFFSET (again never the data's random numbers)."""
 TEACHERS = {"diagonal": "authors' teacher: attention logits from diag(W)",
             "full": "full-W teacher (the theory's kernel)"}
-"""teacher_attention of :func:`ntpref.shallow.data.teacher_student`. The authors' code computes the teacher's
+"""teacher_attention of :func:`ntpref.shallow.teacher_student`. The authors' code computes the teacher's
 attention logits with diag(W_k) only (a repeated einsum index), the theory's kernel uses the full W_k."""
 
 
@@ -36,8 +35,8 @@ def teacher_data(seed: int, n: int, T: int, K: int, teacher: str = "diagonal") -
     teacher at most once (with w workers at most w times). No files, nothing can go stale."""
     if teacher not in TEACHERS:
         raise InputError(f"teacher must be one of {', '.join(TEACHERS)}, got {teacher!r}")
-    return teacher_student(n=n, d=D, T=T, R=R, K=K, nu=NU, n_train=round(TRAIN_FRACTION * n), seed=seed,
-                           teacher_attention=teacher)
+    return shallow.teacher_student(n=n, d=D, T=T, R=R, K=K, nu=NU, n_train=round(TRAIN_FRACTION * n), seed=seed,
+                                   teacher_attention=teacher)
 
 
 def student_eta(steps: int) -> float:
@@ -54,11 +53,11 @@ def train_student(data: TeacherStudent, m: int, seed: int, steps: int, n_train: 
     (pre-update, so train_loss[0] is the loss at the paired initialisation, where f = 0) and the cell's
     CPU seconds (Numba threads included)."""
     start = time.process_time()
-    X, y = data.X_train[:n_train], data.y_train[:n_train]
-    c, U, W = paired_init(m, D, seed + INIT_SEED_OFFSET)
-    sgd = {} if batch is None else dict(batch=batch, seed=seed + SGD_SEED_OFFSET)
-    res = proj_gd("shallow", X, y, (c, U, W), eta=student_eta(steps), steps=steps, rho=(RHO,) * 3, **sgd)
-    r = forward(data.X_val, res.params["c"], res.params["U"], res.params["W"]) - data.y_val
+    train = shallow.prepare(data.X_train[:n_train], data.y_train[:n_train])
+    params = shallow.paired_init(m, D, seed + INIT_SEED_OFFSET)
+    sgd = {} if batch is None else dict(batch_size=batch, seed=seed + SGD_SEED_OFFSET)
+    res = shallow.train(train, params, eta=student_eta(steps), steps=steps, rho=(RHO,) * 3, **sgd)
+    r = shallow.forward(shallow.prepare(data.X_val), *res.params.values()).f - data.y_val
     return dict(min_train_loss=res.min_train_loss, final_train_loss=res.final_train_loss,
                 final_val_loss=float(np.mean(r * r)), train_loss=res.train_loss,
                 cpu_seconds=time.process_time() - start)

@@ -3,7 +3,7 @@ mean ± 95% CI over seeds and the medians, power law fitted to the medians (as t
 does), for the authors' teacher and the full-W teacher.
 
 Setting (the authors' training script and README command): d = 8 tokens of T = 16 per input (i.i.d.
-N(0, I) scaled to norm ≤ 1), the kernel-machine teacher of :func:`ntpref.shallow.data.teacher_student`
+N(0, I) scaled to norm ≤ 1), the kernel-machine teacher of :func:`ntpref.shallow.teacher_student`
 (R = 16 anchors, ν = 3, K random heads), 80/20 train/validation split. Two teachers
 (:data:`ntpref.reproduce.teacher_student.TEACHERS`, both labelling the same inputs): "diagonal", the authors' code
 (attention logits from diag(W_k)), and "full", the theory's kernel. Student: the shallow transformer

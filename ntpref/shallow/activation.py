@@ -3,7 +3,8 @@
   "tanh": σ(x) = tanh(x),          σ'(x) = 1 − tanh(x)²
   "erf":  σ(x) = erf(x/√2),        σ'(x) = √(2/π) exp(−x²/2)
 
-Kernels take the code (an int, so one compiled signature serves both) from :func:`activation_code`.
+Kernels take the code (an int, so one compiled signature serves both) from :func:`activation_code`;
+:func:`activation_name` validates a user's choice.
 Note: Numba's on-disk cache does not notice edits to this file from kernels in other modules; clear
 ``__pycache__`` after changing it.
 """
@@ -12,6 +13,7 @@ import math
 import numpy as np
 from numba import njit
 
+from ..checks import as_scalar
 from ..errors import InputError
 
 ACTIVATIONS = {"tanh": 0, "erf": 1}
@@ -24,6 +26,13 @@ def activation_code(name: str) -> int:
     if name not in ACTIVATIONS:
         raise InputError(f"activation must be one of {', '.join(ACTIVATIONS)}, got {name!r}")
     return ACTIVATIONS[name]
+
+
+def activation_name(activation) -> str:
+    """The activation as a str ("tanh" | "erf"; also a 0-d array, as read from a file); InputError otherwise."""
+    name = as_scalar("activation", activation, kind="str")
+    activation_code(name)
+    return name
 
 
 @njit(cache=True)

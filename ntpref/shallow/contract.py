@@ -9,6 +9,9 @@ train inputs (in addition): ``eta``, ``steps``, optional ``rho`` [3] (ρ per blo
 unprojected; absent = no projection), ``X_val`` + ``y_val``, ``batch`` (1 ≤ batch ≤ n) + ``seed`` (ProjSGD).
 train outputs: the final blocks, ``train_loss`` [steps], ``val_loss`` [steps] (with validation data),
 ``grad_norm_W`` (shallow) / ``grad_norm_u`` (indrnn) [steps]. Unknown array names are errors.
+
+:func:`input_options` and :func:`input_data` read the model's data from an input's arrays; the oracle's
+other uses of shallow inputs (the NTK cases, tolerances) read them with these too.
 """
 from __future__ import annotations
 
@@ -17,47 +20,70 @@ from collections.abc import Callable, Mapping
 import numpy as np
 
 from ..checks import MAX_STEPS, as_float, as_scalar, check_names
+from ..errors import InputError
 from ..progress import silent
-from .train import adapter, proj_gd
+from .evaluation import check_X
+from .train import adapter, check_minibatch
+from .train import train as train_model
 
-_OPTION_KINDS = {"kappa": "float", "tau_att": "float", "mask_last_key": "bool", "activation": "str"}
+_OPTION_KINDS = {"tau_att": "float", "mask_last_key": "bool", "activation": "str"}
 _TRAIN_REQUIRED = ("eta", "steps")
 _TRAIN_OPTIONAL = ("rho", "X_val", "y_val", "batch", "seed")
 
 
+def input_options(model: str, arrays: Mapping[str, np.ndarray]) -> dict:
+    """The options of ``model``'s ``prepare`` present in the arrays of an input (shallow: tau_att,
+    mask_last_key, activation; indrnn: activation), as Python values; absent options are left out."""
+    return {k: as_scalar(k, arrays[k], kind=_OPTION_KINDS[k]) for k in adapter(model).options if k in arrays}
+
+
+def input_kappa(arrays: Mapping[str, np.ndarray]) -> float:
+    """The loss scale κ of an input (2.0 when absent)."""
+    return as_scalar("kappa", arrays["kappa"]) if "kappa" in arrays else 2.0
+
+
+def input_data(model: str, arrays: Mapping[str, np.ndarray]):
+    """The prepared data of an input: ``X``, ``y`` (when present) and the options, by the model's
+    ``prepare`` (a :class:`ntpref.shallow.model.Batch` or :class:`ntpref.shallow.indrnn.Batch`)."""
+    return adapter(model).prepare(arrays["X"], arrays.get("y"), **input_options(model, arrays))
+
+
 def _parse(model: str, arrays: Mapping[str, np.ndarray], required=(), optional=(), what="eval"):
-    """(adapter, X, y, params, kappa, options) after checking the names of ``arrays``."""
+    """(adapter, prepared data, params, kappa) after checking the names of ``arrays``."""
     spec = adapter(model)
-    required = ("X", "y") + spec.blocks + tuple(required)
-    optional = ("kappa",) + spec.options + tuple(optional)
-    what = f"{what} input of model {model!r}"
-    check_names(arrays, required, optional, what)
-    options = {k: as_scalar(k, arrays[k], kind=_OPTION_KINDS[k]) for k in spec.options if k in arrays}
-    kappa = as_scalar("kappa", arrays["kappa"]) if "kappa" in arrays else 2.0
-    return spec, arrays["X"], arrays["y"], [arrays[b] for b in spec.blocks], kappa, options
+    check_names(arrays, ("X", "y") + spec.blocks + tuple(required), ("kappa",) + spec.options + tuple(optional),
+                f"{what} input of model {model!r}")
+    return spec, input_data(model, arrays), [arrays[b] for b in spec.blocks], input_kappa(arrays)
 
 
 def evaluate(model: str, arrays: Mapping[str, np.ndarray], backend: str = "numba") -> dict[str, np.ndarray]:
     """``ntpref eval``: f, loss and the gradient of every block."""
-    spec, X, y, params, kappa, options = _parse(model, arrays)
-    f, loss, *grads = spec.loss_and_grad(spec.batch(X, y, backend=backend, **options), *params, kappa=kappa)
-    out = {"f": f, "loss": np.array(loss)}
-    out.update({f"grad_{b}": g for b, g in zip(spec.blocks, grads)})
+    spec, data, params, kappa = _parse(model, arrays)
+    result = spec.loss_and_grad(data, *params, kappa=kappa, backend=backend)
+    out = {"f": result.f, "loss": np.array(result.loss)}
+    out.update({f"grad_{b}": g for b, g in zip(spec.blocks, result[1:-1])})
     return out
 
 
 def train(model: str, arrays: Mapping[str, np.ndarray], backend: str = "numba",
           progress: Callable[[str, int, int], None] = silent) -> dict[str, np.ndarray]:
     """``ntpref train``: ProjGD / ProjSGD from the given parameters; final blocks and per-step logs."""
-    spec, X, y, params, kappa, options = _parse(model, arrays, _TRAIN_REQUIRED, _TRAIN_OPTIONAL, "train")
+    spec, data, params, kappa = _parse(model, arrays, _TRAIN_REQUIRED, _TRAIN_OPTIONAL, "train")
     rho = None
     if "rho" in arrays:
         rho = as_float("rho", arrays["rho"], (len(spec.blocks),), finite=False)
     ints = {k: as_scalar(k, arrays[k], kind="int") for k in ("steps", "batch", "seed") if k in arrays}
     as_scalar("steps", ints["steps"], kind="int", high=MAX_STEPS)
-    result = proj_gd(model, X, y, params, eta=as_scalar("eta", arrays["eta"]), rho=rho,
-                     X_val=arrays.get("X_val"), y_val=arrays.get("y_val"), kappa=kappa, backend=backend,
-                     progress=progress, **ints, **options)
+    batch_size, seed = check_minibatch(ints.get("batch"), ints.get("seed"), data.X.shape[0], names=("batch", "seed"))
+    if ("X_val" in arrays) != ("y_val" in arrays):
+        raise InputError("validation data needs both 'X_val' and 'y_val'")
+    val = None
+    if "X_val" in arrays:
+        X_val = check_X(arrays["X_val"], "X_val", data.X.shape[2])
+        val = spec.prepare(X_val, as_float("y_val", arrays["y_val"], (X_val.shape[0],)),
+                           **input_options(model, arrays))
+    result = train_model(data, params, eta=as_scalar("eta", arrays["eta"]), steps=ints["steps"], rho=rho,
+                         batch_size=batch_size, seed=seed, val=val, kappa=kappa, backend=backend, progress=progress)
     out = dict(result.params)
     out["train_loss"] = result.train_loss
     if result.val_loss is not None:

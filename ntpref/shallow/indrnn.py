@@ -5,14 +5,9 @@ Model (sample X = [x_1 .. x_T], x_t ∈ R^d; m units; σ = tanh or erf(x/√2)):
     h_0 = 0,   p_t = W_in x_t + u ⊙ h_{t−1},   h_t = σ(p_t)          (t = 1..T)
     f(X) = m^{−1/2} Σ_i c_i h_{T,i}
 
-Loss over n samples, residual r_j = f(X_j) − y_j, with κ ∈ {1, 2}::
-
-    loss = (κ/2n) Σ_j r_j²             κ = 2: the mean squared error (the paper's loss);
-                                       κ = 1: half the mean squared error
-    g_j  = κ r_j / n                   so that ∂loss/∂f_j = g_j exactly for both values of κ
-
-(the convention, validation of κ and X, and loss formula are shared with the transformer in
-:mod:`ntpref.shallow.model`).
+Loss over n samples, residual r_j = f(X_j) − y_j, with κ ∈ {1, 2}: loss = (κ/2n) Σ_j r_j² and
+g_j = κ r_j / n = ∂loss/∂f_j (the convention of :mod:`ntpref.shallow.evaluation`, shared with the
+transformer).
 
 Backprop through time in closed form, per unit i (and summed over samples j)::
 
@@ -22,14 +17,16 @@ Backprop through time in closed form, per unit i (and summed over samples j)::
 
 Shapes: X [n, T, d] (row t is token x_t), y [n], c [m], u [m], W_in [m, d].
 
-Two backends with the same validation: ``"numpy"`` (vectorised over samples and units, a Python loop
-over time only; reads like the equations above) and ``"numba"``
-(:mod:`ntpref.shallow.indrnn_kernels`: parallel over fixed blocks of samples, each block writing its own
-gradient slot, then a serial reduction over the blocks in order: bitwise identical results for any
-number of threads).
+API (the transformer's shape, :mod:`ntpref.shallow.model`): :func:`prepare` validates X, y and the
+activation once (:class:`Batch`); :func:`forward` and :func:`loss_and_grad` take the prepared data, the
+parameters (c, u, W_in) and the backend: ``"numpy"`` (vectorised over samples and units, a Python loop
+over time only; reads like the equations above) or ``"numba"`` (:mod:`ntpref.shallow.indrnn_kernels`:
+parallel over fixed blocks of samples, each block writing its own gradient slot, then a serial reduction
+over the blocks in order: bitwise identical results for any number of threads). :func:`paired_init`
+draws :class:`Params`; :func:`hidden_states` gives every h_t.
 
 Summation order of the readout: unit i and unit i + ⌊m/2⌋ are added first (then the pairs in order,
-then the last unit when m is odd), so the paired initialisation of :func:`rnn_paired_init` gives
+then the last unit when m is odd), so the paired initialisation of :func:`paired_init` gives
 f = 0 exactly, not merely up to rounding.
 """
 from __future__ import annotations
@@ -39,105 +36,102 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..checks import as_float, as_scalar, check_backend, require_finite
+from ..checks import as_float, as_scalar
 from ..errors import InputError
-from . import indrnn_kernels
-from .activation import activation_code, dsigma_np, sigma_np
-from .model import check_kappa, check_X, loss_from_outputs
+from . import evaluation, indrnn_kernels
+from .activation import activation_code, activation_name, dsigma_np, sigma_np
+from .evaluation import Forward
+
+__all__ = ["Batch", "Params", "Forward", "LossAndGrad", "prepare", "forward", "loss_and_grad", "paired_init",
+           "hidden_states"]
 
 
-# --------------------------------------------------------------------------------------------------
-# Validation (shared by both backends)
-# --------------------------------------------------------------------------------------------------
-
-class RNNBatch(NamedTuple):
-    """Validated data of the IndRNN, from :func:`rnn_batch`: X [n, T, d] float64, y [n] or None, the
-    activation name and code, the backend. A trainer validates its data once and then calls
-    :func:`rnn_batch_forward` / :func:`rnn_batch_loss_and_grad` every step with new parameters."""
+class Batch(NamedTuple):
+    """Prepared data of the IndRNN, from :func:`prepare`: X [n, T, d] float64 (finite), y [n] or None and
+    the activation name ("tanh" | "erf")."""
     X: np.ndarray
     y: np.ndarray | None
     activation: str
-    code: int
-    backend: str
 
 
-def rnn_batch(X, y=None, *, activation="tanh", backend="numba") -> RNNBatch:
-    """Validate X [n, T, d] (finite), y [n] (optional), the activation and the backend once."""
-    check_backend(backend)
-    code = activation_code(as_scalar("activation", activation, kind="str"))
-    X = check_X(X)
-    if y is not None:
-        y = as_float("y", y, (X.shape[0],))
-    return RNNBatch(X, y, activation, code, backend)
+class Params(NamedTuple):
+    """The IndRNN's parameters in call order: c [m], u [m], W_in [m, d]."""
+    c: np.ndarray
+    u: np.ndarray
+    W_in: np.ndarray
 
 
-def _check_params(b: RNNBatch, c, u, W_in):
-    """(c [m], u [m], W_in [m, d]) as float64, checked against the batch's d."""
+class LossAndGrad(NamedTuple):
+    """loss = (κ/2n) Σ r², its gradients grad_c [m], grad_u [m], grad_W_in [m, d], and f [n]."""
+    loss: float
+    grad_c: np.ndarray
+    grad_u: np.ndarray
+    grad_W_in: np.ndarray
+    f: np.ndarray
+
+
+def prepare(X, y=None, *, activation="tanh") -> Batch:
+    """Validate X [n, T, d] (finite), y [n] (optional) and the activation once (:class:`Batch`). A training
+    loop prepares its data once and then calls :func:`forward` / :func:`loss_and_grad` every step."""
+    activation = activation_name(activation)
+    X, y = evaluation.check_samples(X, y)
+    return Batch(X, y, activation)
+
+
+def check_params(c, u, W_in, *, d: int) -> Params:
+    """(c [m], u [m], W_in [m, d]) as float64 for tokens of dimension d, m ≥ 1 units (from c)."""
     c = as_float("c", c, (None,))
     m = c.shape[0]
     if m == 0:
         raise InputError("array 'c': expected at least one unit (m >= 1), got shape [0]")
-    return c, as_float("u", u, (m,)), as_float("W_in", W_in, (m, b.X.shape[2]))
+    return Params(c, as_float("u", u, (m,)), as_float("W_in", W_in, (m, d)))
 
 
-# --------------------------------------------------------------------------------------------------
-# Public API
-# --------------------------------------------------------------------------------------------------
-
-def rnn_batch_forward(b: RNNBatch, c, u, W_in) -> np.ndarray:
-    """:func:`rnn_forward` on a validated :class:`RNNBatch`."""
-    c, u, W_in = _check_params(b, c, u, W_in)
-    if b.backend == "numpy":
-        with np.errstate(over="ignore", invalid="ignore"):  # an overflow is refused by require_finite below
-            f = _readout_np(c, _hidden_np(b.X, u, W_in, b.activation)[-1])
-    else:
-        f = np.empty(b.X.shape[0])
-        indrnn_kernels.forward_kernel(b.X, c, u, np.ascontiguousarray(W_in.T), b.code, f)
-    require_finite(f=f)
+def _outputs(data: Batch, p: Params, backend: str) -> np.ndarray:
+    """f [n] = m^{−1/2} Σ_i c_i h_{T,i}."""
+    if backend == "numpy":
+        return _readout_np(p.c, _hidden_np(data.X, p.u, p.W_in, data.activation)[-1])
+    f = np.empty(data.X.shape[0])
+    indrnn_kernels.forward_kernel(data.X, p.c, p.u, np.ascontiguousarray(p.W_in.T), activation_code(data.activation),
+                                  f)
     return f
 
 
-def rnn_batch_loss_and_grad(b: RNNBatch, c, u, W_in, *, kappa=2.0):
-    """:func:`rnn_loss_and_grad` on a validated :class:`RNNBatch` (with y)."""
-    kappa = check_kappa(kappa)
-    if b.y is None:
-        raise InputError("array 'y': the loss needs targets y [n]")
-    c, u, W_in = _check_params(b, c, u, W_in)
-    X, y = b.X, b.y
-    if b.backend == "numpy":
-        f, grad_c, grad_u, grad_W_in = _loss_grad_np(X, y, c, u, W_in, kappa, b.activation)
-    else:
-        n, _, d = X.shape
-        m = c.shape[0]
-        f, grad_c, grad_u, grad_WT = np.empty(n), np.empty(m), np.empty(m), np.empty((d, m))
-        indrnn_kernels.loss_grad_kernel(X, y, c, u, np.ascontiguousarray(W_in.T), b.code, kappa, f, grad_c, grad_u,
-                                        grad_WT)
-        grad_W_in = np.ascontiguousarray(grad_WT.T)
-    loss = loss_from_outputs(f, y, kappa)
-    require_finite(f=f, loss=loss, grad_c=grad_c, grad_u=grad_u, grad_W_in=grad_W_in)
-    return f, loss, grad_c, grad_u, grad_W_in
+def _gradients(data: Batch, p: Params, kappa: float, backend: str):
+    """(f [n], grad_c [m], grad_u [m], grad_W_in [m, d]) by the BPTT of the module docstring."""
+    X, y = data.X, data.y
+    if backend == "numpy":
+        return _loss_grad_np(X, y, p.c, p.u, p.W_in, kappa, data.activation)
+    n, _, d = X.shape
+    m = p.c.shape[0]
+    f, grad_c, grad_u, grad_WT = np.empty(n), np.empty(m), np.empty(m), np.empty((d, m))
+    indrnn_kernels.loss_grad_kernel(X, y, p.c, p.u, np.ascontiguousarray(p.W_in.T), activation_code(data.activation),
+                                    kappa, f, grad_c, grad_u, grad_WT)
+    return f, grad_c, grad_u, np.ascontiguousarray(grad_WT.T)
 
 
-def rnn_forward(X, c, u, W_in, *, activation="tanh", backend="numba") -> np.ndarray:
-    """f [n]: the IndRNN output m^{−1/2} Σ_i c_i h_{T,i} for every sample of X [n, T, d].
-
-    c [m], u [m], W_in [m, d]; activation "tanh" | "erf"; backend "numba" | "numpy".
-    """
-    return rnn_batch_forward(rnn_batch(X, activation=activation, backend=backend), c, u, W_in)
+_MODEL = evaluation.ModelFunctions("ntpref.shallow.indrnn.prepare", Batch, check_params, _outputs, _gradients,
+                                   LossAndGrad)
 
 
-def rnn_loss_and_grad(X, y, c, u, W_in, *, kappa=2.0, activation="tanh", backend="numba"):
-    """(f [n], loss, grad_c [m], grad_u [m], grad_W_in [m, d]) of loss = (κ/2)(1/n) Σ_j (f_j − y_j)².
+def forward(data: Batch, c, u, W_in, *, kappa=2.0, backend="numba") -> Forward:
+    """Forward(loss, f): the IndRNN outputs f [n] = m^{−1/2} Σ_i c_i h_{T,i} for every sample and, when the
+    data has targets, loss = (κ/2n) Σ_j (f_j − y_j)² (else None)."""
+    return evaluation.forward(_MODEL, data, (c, u, W_in), kappa=kappa, backend=backend)
+
+
+def loss_and_grad(data: Batch, c, u, W_in, *, kappa=2.0, backend="numba") -> LossAndGrad:
+    """LossAndGrad(loss, grad_c [m], grad_u [m], grad_W_in [m, d], f [n]) of loss = (κ/2n) Σ_j (f_j − y_j)².
 
     κ = 2 (default) is the mean squared error; κ = 1 is half of it. The gradients are the exact
-    gradients of the returned loss (output gradient g_j = κ r_j / n), by closed-form BPTT.
+    gradients of the returned loss (output gradient g_j = κ r_j / n), by closed-form BPTT. The data must
+    have targets y.
     """
-    return rnn_batch_loss_and_grad(rnn_batch(X, y, activation=activation, backend=backend), c, u, W_in,
-                                   kappa=kappa)
+    return evaluation.loss_and_grad(_MODEL, data, (c, u, W_in), kappa=kappa, backend=backend)
 
 
-def rnn_paired_init(m, d, seed):
-    """(c [m], u [m], W_in [m, d]): paired initialisation, so f ≡ 0 at init (docs/shallow.md §6).
+def paired_init(m, d, seed) -> Params:
+    """Params(c [m], u [m], W_in [m, d]): paired initialisation, so f ≡ 0 at init (docs/shallow.md §6).
 
     For i < m/2: W_in_i ~ N(0, I_d), u_i = ±1.5 and c_i = ±1 with independent fair signs; the second
     half (rows m/2..m−1) copies W_in and u and flips c. m must be even. Draws, from
@@ -156,7 +150,15 @@ def rnn_paired_init(m, d, seed):
     W_in = np.ascontiguousarray(np.concatenate([W_half, W_half]))
     u = np.concatenate([u_half, u_half])
     c = np.concatenate([c_half, -c_half])
-    return c, u, W_in
+    return Params(c, u, W_in)
+
+
+def hidden_states(data: Batch, u, W_in) -> np.ndarray:
+    """H [T+1, n, m]: H[t] = h_t of every sample (H[0] = 0), by the NumPy recurrence of the module
+    docstring (u [m], W_in [m, d])."""
+    evaluation.check_data(_MODEL, data)
+    u = as_float("u", u, (None,))
+    return _hidden_np(data.X, u, as_float("W_in", W_in, (u.shape[0], data.X.shape[2])), data.activation)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -173,14 +175,9 @@ def _hidden_np(X, u, W_in, activation):
 
 
 def _readout_np(c, h_T):
-    """f = m^{−1/2} Σ_i c_i h_{T,i}, pairs (i, i + ⌊m/2⌋) added first (module docstring)."""
-    m = c.shape[0]
-    half = m // 2
-    pairs = h_T[:, :half] * c[:half] + h_T[:, half:2 * half] * c[half:2 * half]
-    s = pairs.sum(axis=1)
-    if m % 2:
-        s = s + h_T[:, -1] * c[-1]
-    return s / math.sqrt(m)
+    """f [n] = m^{−1/2} Σ_i c_i h_{T,i} for h_T [n, m], in the pair order of :mod:`ntpref.shallow.readout`."""
+    from .readout import readout_np
+    return readout_np(c, h_T)
 
 
 def _loss_grad_np(X, y, c, u, W_in, kappa, activation):

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import NamedTuple
 
 import numpy as np
 from numba import njit, prange
@@ -37,7 +36,8 @@ from numba import njit, prange
 from ..checks import as_float, as_scalar, check_backend
 from ..errors import InputError
 from .activation import activation_code, dsigma, dsigma_np, sigma, sigma_np
-from .model import check_X, head_states
+from .evaluation import check_X
+from .model import Batch, check_heads, check_params, head_states, prepare
 
 ATTENTIONS = ("full", "diagonal")
 
@@ -172,41 +172,14 @@ def _head_grad_kernel(ds, a, mu, q, gU, gW):
 # Validation and shared pieces
 
 
-class _Options(NamedTuple):
-    tau_att: float
-    mask_last_key: bool
-    activation: str
-    backend: str
-    block: int
+def _prepare(X, tau_att, mask_last_key, activation, name="X", d: int | None = None) -> Batch:
+    """X [n, T, d] (:func:`ntpref.shallow.evaluation.check_X`, errors name ``name``) and the options, prepared
+    by :func:`ntpref.shallow.model.prepare`."""
+    return prepare(check_X(X, name, d), tau_att=tau_att, mask_last_key=mask_last_key, activation=activation)
 
 
-def _options(tau_att, mask_last_key, activation, backend, block) -> _Options:
-    check_backend(backend)
-    activation_code(activation)
-    return _Options(as_scalar("tau_att", tau_att, low=0.0, low_open=True),
-                    as_scalar("mask_last_key", mask_last_key, kind="bool"), activation, backend,
-                    as_scalar("block", block, kind="int", low=1))
-
-
-def _check_X2(X2, d: int) -> np.ndarray:
-    X2 = check_X(X2, "X2")
-    if X2.shape[2] != d:
-        raise InputError(f"array 'X2': token dimension {X2.shape[2]} differs from X's d = {d}")
-    return X2
-
-
-def _check_heads(U, W, d: int, names=("U", "W"), m: int | None = None):
-    """(U [m, d], W [m, d, d]) validated, m ≥ 1 (or the given m); ``names`` name them in errors."""
-    U = as_float(names[0], U, (m, d))
-    if U.shape[0] == 0:
-        raise InputError(f"array '{names[0]}': expected at least one head (m >= 1), got shape [0, {d}]")
-    return U, as_float(names[1], W, (U.shape[0], d, d))
-
-
-def _check_params(c, U, W, d: int, names=("c", "U", "W"), m: int | None = None):
-    """(c [m], U [m, d], W [m, d, d]) validated; ``names`` name them in errors."""
-    U, W = _check_heads(U, W, d, names[1:], m)
-    return as_float(names[0], c, (U.shape[0],)), U, W
+def _check_block(block) -> int:
+    return as_scalar("block", block, kind="int", low=1)
 
 
 def _activations(s: np.ndarray, activation: str, backend: str):
@@ -218,10 +191,10 @@ def _activations(s: np.ndarray, activation: str, backend: str):
     return sig, ds
 
 
-def _chunk_states(X, U, W, opt: _Options):
-    """(σ [n, b], σ' [n, b], a [n, b, d], MU [n, b, d]) of the heads (U, W) on X."""
-    s, a, MU = head_states(X, U, W, tau_att=opt.tau_att, mask_last_key=opt.mask_last_key, backend=opt.backend)
-    sig, ds = _activations(np.ascontiguousarray(s), opt.activation, opt.backend)
+def _chunk_states(data: Batch, U, W, backend: str):
+    """(σ [n, b], σ' [n, b], a [n, b, d], MU [n, b, d]) of the heads (U, W) on the prepared data."""
+    s, a, MU = head_states(data, U, W, backend=backend)
+    sig, ds = _activations(np.ascontiguousarray(s), data.activation, backend)
     return sig, ds, np.ascontiguousarray(a), np.ascontiguousarray(MU)
 
 
@@ -251,30 +224,31 @@ class TangentFeatures:
 def tangent_features(X, c, U, W, *, tau_att=1.0, mask_last_key=False, activation="tanh",
                      backend="numba") -> TangentFeatures:
     """The gradient of f(X_j) with respect to every head's (c_i, U_i, W_i), as :class:`TangentFeatures`."""
-    opt = _options(tau_att, mask_last_key, activation, backend, 1)
-    X = check_X(X)
-    c, U, W = _check_params(c, U, W, X.shape[2])
-    sig, ds, a, MU = _chunk_states(X, U, W, opt)
+    check_backend(backend)
+    data = _prepare(X, tau_att, mask_last_key, activation)
+    c, U, W = check_params(c, U, W, d=data.X.shape[2])
+    sig, ds, a, MU = _chunk_states(data, U, W, backend)
     r = 1.0 / math.sqrt(U.shape[0])
     e = c * ds * r
-    return TangentFeatures(sig * r, e[:, :, None] * a, e[:, :, None] * MU / opt.tau_att,
-                           np.ascontiguousarray(X[:, -1, :]))
+    return TangentFeatures(sig * r, e[:, :, None] * a, e[:, :, None] * MU / data.tau_att,
+                           np.ascontiguousarray(data.X[:, -1, :]))
 
 
-def _gram(X, c, U, W, X2, opt: _Options) -> np.ndarray:
-    """K_m for validated inputs; X2 None = symmetric Gram matrix of X."""
+def _gram(data: Batch, c, U, W, data2: Batch | None, backend: str, block: int) -> np.ndarray:
+    """K_m for validated inputs; data2 None = symmetric Gram matrix of data.X."""
     m = U.shape[0]
-    Y = X if X2 is None else X2
+    X = data.X
+    Y = X if data2 is None else data2.X
     out = np.zeros((X.shape[0], Y.shape[0]))
     cc = c * c
-    inv_tau2 = 1.0 / (opt.tau_att * opt.tau_att)
+    inv_tau2 = 1.0 / (data.tau_att * data.tau_att)
     q1, q2 = np.ascontiguousarray(X[:, -1, :]), np.ascontiguousarray(Y[:, -1, :])
-    qq = np.einsum("jk,lk->jl", q1, q2) if opt.backend == "numpy" else None
-    for i0, i1 in _chunks(m, opt.block):
-        st1 = _chunk_states(X, U[i0:i1], W[i0:i1], opt)
+    qq = np.einsum("jk,lk->jl", q1, q2) if backend == "numpy" else None
+    for i0, i1 in _chunks(m, block):
+        st1 = _chunk_states(data, U[i0:i1], W[i0:i1], backend)
         sig1, ds1, a1, mu1 = st1
-        sig2, ds2, a2, mu2 = st1 if X2 is None else _chunk_states(Y, U[i0:i1], W[i0:i1], opt)
-        if opt.backend == "numpy":
+        sig2, ds2, a2, mu2 = st1 if data2 is None else _chunk_states(data2, U[i0:i1], W[i0:i1], backend)
+        if backend == "numpy":
             e1, e2 = cc[i0:i1] * ds1, ds2
             out += np.einsum("ji,li->jl", sig1, sig2)
             out += np.einsum("ji,jik,li,lik->jl", e1, a1, e2, a2)
@@ -282,10 +256,10 @@ def _gram(X, c, U, W, X2, opt: _Options) -> np.ndarray:
         else:
             _gram_kernel(sig1, ds1, a1, mu1, q1, np.ascontiguousarray(sig2.T), np.ascontiguousarray(ds2.T),
                          np.ascontiguousarray(a2.transpose(1, 2, 0)), np.ascontiguousarray(mu2.transpose(1, 2, 0)),
-                         np.ascontiguousarray(q2.T), cc[i0:i1], inv_tau2, X2 is None, out)
-    if X2 is None and opt.backend == "numba":
+                         np.ascontiguousarray(q2.T), cc[i0:i1], inv_tau2, data2 is None, out)
+    if data2 is None and backend == "numba":
         _mirror_kernel(out)
-    elif X2 is None:
+    elif data2 is None:
         out = np.triu(out) + np.triu(out, 1).T
     out /= m
     return out
@@ -301,11 +275,12 @@ def ntk_gram(X, c, U, W, X2=None, *, tau_att=1.0, mask_last_key=False, activatio
     The c-block term carries no c_i² (∂f/∂c_i does not contain c_i); docs/shallow.md §4 writes the formula for
     c_i² = 1. X2 = None: only the upper triangle is computed and mirrored, so K is exactly symmetric.
     ``block``: heads per chunk (memory), no effect on the result."""
-    opt = _options(tau_att, mask_last_key, activation, backend, block)
-    X = check_X(X)
-    d = X.shape[2]
-    c, U, W = _check_params(c, U, W, d)
-    return _gram(X, c, U, W, None if X2 is None else _check_X2(X2, d), opt)
+    check_backend(backend)
+    block = _check_block(block)
+    data = _prepare(X, tau_att, mask_last_key, activation)
+    c, U, W = check_params(c, U, W, d=data.X.shape[2])
+    data2 = None if X2 is None else _prepare(X2, tau_att, mask_last_key, activation, "X2", data.X.shape[2])
+    return _gram(data, c, U, W, data2, backend, block)
 
 
 def limit_kernel(X, X2=None, *, draws=4096, seed=0, tau_att=1.0, mask_last_key=False, activation="tanh",
@@ -313,15 +288,16 @@ def limit_kernel(X, X2=None, *, draws=4096, seed=0, tau_att=1.0, mask_last_key=F
     """Monte-Carlo limit kernel K_∞(X, X') ≈ (1/draws) Σ_k κ(X, X'; U_k, W_k) with U_k ~ N(0, I_d),
     W_k entries N(0, 1), c² = 1: the :func:`ntk_gram` of ``draws`` heads with c = 1. Draws come from
     ``np.random.default_rng(seed)``: U [draws, d] first, then W [draws, d, d]."""
-    opt = _options(tau_att, mask_last_key, activation, backend, block)
-    X = check_X(X)
-    d = X.shape[2]
-    X2 = None if X2 is None else _check_X2(X2, d)
+    check_backend(backend)
+    block = _check_block(block)
+    data = _prepare(X, tau_att, mask_last_key, activation)
+    d = data.X.shape[2]
+    data2 = None if X2 is None else _prepare(X2, tau_att, mask_last_key, activation, "X2", d)
     draws = as_scalar("draws", draws, kind="int", low=1)
     rng = np.random.default_rng(as_scalar("seed", seed, kind="int", low=0))
     U = rng.standard_normal((draws, d))
     W = rng.standard_normal((draws, d, d))
-    return _gram(X, np.ones(draws), U, W, X2, opt)
+    return _gram(data, np.ones(draws), U, W, data2, backend, block)
 
 
 def min_eigenvalue(G) -> float:
@@ -340,14 +316,14 @@ def min_eigenvalue(G) -> float:
 # Linearisation
 
 
-def _jvp(X, c, U, W, dc, dU, dW, opt: _Options) -> np.ndarray:
+def _jvp(data: Batch, c, U, W, dc, dU, dW, backend: str, block: int) -> np.ndarray:
     m = U.shape[0]
-    out = np.zeros(X.shape[0])
-    q = np.ascontiguousarray(X[:, -1, :])
-    inv_tau = 1.0 / opt.tau_att
-    for i0, i1 in _chunks(m, opt.block):
-        sig, ds, a, MU = _chunk_states(X, U[i0:i1], W[i0:i1], opt)
-        if opt.backend == "numpy":
+    out = np.zeros(data.X.shape[0])
+    q = np.ascontiguousarray(data.X[:, -1, :])
+    inv_tau = 1.0 / data.tau_att
+    for i0, i1 in _chunks(m, block):
+        sig, ds, a, MU = _chunk_states(data, U[i0:i1], W[i0:i1], backend)
+        if backend == "numpy":
             du = np.einsum("jik,ik->ji", a, dU[i0:i1])
             dw = np.einsum("jik,ikl,jl->ji", MU, dW[i0:i1], q)
             out += (sig * dc[i0:i1] + c[i0:i1] * ds * (du + inv_tau * dw)).sum(axis=1)
@@ -364,26 +340,28 @@ def jvp(X, c, U, W, dc, dU, dW, *, tau_att=1.0, mask_last_key=False, activation=
       Σ_i ⟨∇_{θ_i} f(X_j; θ), Δθ_i⟩ = m^{-1/2} Σ_i [σ_ji dc_i + c_i σ'_ji (⟨a_ji, dU_i⟩ + τ^{-1} ⟨(MU)_ji, dW_i q_j⟩)],
 
     summed over heads in index order, without forming the features."""
-    opt = _options(tau_att, mask_last_key, activation, backend, block)
-    X = check_X(X)
-    d = X.shape[2]
-    c, U, W = _check_params(c, U, W, d)
-    dc, dU, dW = _check_params(dc, dU, dW, d, ("dc", "dU", "dW"), U.shape[0])
-    return _jvp(X, c, U, W, dc, dU, dW, opt)
+    check_backend(backend)
+    block = _check_block(block)
+    data = _prepare(X, tau_att, mask_last_key, activation)
+    d = data.X.shape[2]
+    c, U, W = check_params(c, U, W, d=d)
+    dc, dU, dW = check_params(dc, dU, dW, d=d, names=("dc", "dU", "dW"), m=U.shape[0])
+    return _jvp(data, c, U, W, dc, dU, dW, backend, block)
 
 
 def linearized_f(X, theta0, theta, *, tau_att=1.0, mask_last_key=False, activation="tanh", backend="numba",
                  block=256) -> np.ndarray:
     """f_lin(X; θ) = ⟨∇f(X; θ0), θ − θ0⟩ [n] (docs/shallow.md §4; equals the linearised model when f(θ0) = 0, as
     for the paired initialisation — f(θ0) is not added). theta0, theta: (c [m], U [m, d], W [m, d, d])."""
-    opt = _options(tau_att, mask_last_key, activation, backend, block)
-    X = check_X(X)
-    d = X.shape[2]
+    check_backend(backend)
+    block = _check_block(block)
+    data = _prepare(X, tau_att, mask_last_key, activation)
+    d = data.X.shape[2]
     if len(theta0) != 3 or len(theta) != 3:
         raise InputError("theta0 and theta must be (c, U, W) triples")
-    c0, U0, W0 = _check_params(*theta0, d, ("c0", "U0", "W0"))
-    c1, U1, W1 = _check_params(*theta, d, m=U0.shape[0])
-    return _jvp(X, c0, U0, W0, c1 - c0, U1 - U0, W1 - W0, opt)
+    c0, U0, W0 = check_params(*theta0, d=d, names=("c0", "U0", "W0"))
+    c1, U1, W1 = check_params(*theta, d=d, m=U0.shape[0])
+    return _jvp(data, c0, U0, W0, c1 - c0, U1 - U0, W1 - W0, backend, block)
 
 
 def worst_case_delta(X, U, W, rho=3.0, *, tau_att=1.0, mask_last_key=False, activation="tanh",
@@ -394,17 +372,18 @@ def worst_case_delta(X, U, W, rho=3.0, *, tau_att=1.0, mask_last_key=False, acti
     ΔU_i = (ρ_u/√m) g_U,i/‖g_U,i‖, ΔW_i = (ρ_w/√m) g_W,i/‖g_W,i‖_F, Δc_i = +ρ_c/√m. A zero gradient
     gets the first basis direction (e_1, resp. E_11), as in the authors' code.
     rho: a number (all blocks) or (ρ_c, ρ_u, ρ_w). Returns (dc [m], dU [m, d], dW [m, d, d])."""
-    opt = _options(tau_att, mask_last_key, activation, backend, block)
-    X = check_X(X)
-    d = X.shape[2]
-    U, W = _check_heads(U, W, d)
+    check_backend(backend)
+    block = _check_block(block)
+    data = _prepare(X, tau_att, mask_last_key, activation)
+    d = data.X.shape[2]
+    U, W = check_heads(U, W, d=d)
     rho_c, rho_u, rho_w = _three("rho", rho)
     m = U.shape[0]
     gU, gW = np.empty((m, d)), np.empty((m, d, d))
-    q = np.ascontiguousarray(X[:, -1, :])
-    for i0, i1 in _chunks(m, opt.block):
-        _, ds, a, MU = _chunk_states(X, U[i0:i1], W[i0:i1], opt)
-        if opt.backend == "numpy":
+    q = np.ascontiguousarray(data.X[:, -1, :])
+    for i0, i1 in _chunks(m, block):
+        _, ds, a, MU = _chunk_states(data, U[i0:i1], W[i0:i1], backend)
+        if backend == "numpy":
             gU[i0:i1] = np.einsum("ji,jik->ik", ds, a)
             gW[i0:i1] = np.einsum("ji,jik,jl->ikl", ds, MU, q)
         else:
@@ -459,14 +438,14 @@ def transport_map(U, W, anchors, alpha, nu=3.0, *, attention="full", activation=
     only, the authors' code). nu: a number or (ν_c, ν_u, ν_w).
     Returns (v_c [m], v_u [m, d], v_w [m, d, d]), one row per head — the representation that
     :func:`transport` consumes."""
-    opt = _options(1.0, False, activation, backend, 1)
-    anchors = check_X(anchors, "anchors")
-    d = anchors.shape[2]
-    U, W = _check_heads(U, W, d)
-    alpha = as_float("alpha", alpha, (anchors.shape[0],))
+    check_backend(backend)
+    data = _prepare(anchors, 1.0, False, activation, name="anchors")
+    d = data.X.shape[2]
+    U, W = check_heads(U, W, d=d)
+    alpha = as_float("alpha", alpha, (data.X.shape[0],))
     nu_c, nu_u, nu_w = _three("nu", nu)
-    sig, ds, a, MU = _chunk_states(anchors, U, attention_weights(W, attention), opt)
-    q = anchors[:, -1, :]
+    sig, ds, a, MU = _chunk_states(data, U, attention_weights(W, attention), backend)
+    q = data.X[:, -1, :]
     vec = ds[:, :, None] * MU
     denom = np.sqrt(np.einsum("rik,rik->ri", vec, vec)) * np.sqrt(np.einsum("rk,rk->r", q, q))[:, None]
     clip = np.ones_like(denom)
@@ -484,7 +463,7 @@ def transport(c, U, W, v_c, v_u, v_w):
     head i's initial (U_i, W_i) (e.g. from :func:`transport_map`). Returns (c̄, Ū, W̄)."""
     U = as_float("U", U, (None, None))
     d = U.shape[1]
-    c, U, W = _check_params(c, U, W, d)
-    v_c, v_u, v_w = _check_params(v_c, v_u, v_w, d, ("v_c", "v_u", "v_w"), U.shape[0])
+    c, U, W = check_params(c, U, W, d=d)
+    v_c, v_u, v_w = check_params(v_c, v_u, v_w, d=d, names=("v_c", "v_u", "v_w"), m=U.shape[0])
     r = 1.0 / math.sqrt(U.shape[0])
     return c + v_c * r, U + c[:, None] * v_u * r, W + c[:, None, None] * v_w * r

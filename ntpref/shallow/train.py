@@ -3,9 +3,12 @@
   θ(t+1) = Π_Ω(θ(t) − η ∇L(θ(t)))      plain step, no momentum; Ω = per-head balls of radius ρ_b/√m
                                         around θ(0) (:mod:`ntpref.shallow.projection`).
 
-ProjGD uses the full training set. ProjSGD (``batch`` = B, 1 ≤ B ≤ n) draws, at every step, B sample indices
-uniformly *with replacement* by ``rng.integers(0, n, size=B)`` from ``np.random.default_rng(seed)``
-and steps along the minibatch gradient (loss (κ/2B) Σ_{j∈batch} r_j²), then projects the same way.
+:func:`train` takes prepared data (a :class:`ntpref.shallow.model.Batch` or an
+:class:`ntpref.shallow.indrnn.Batch`: the type says which model is trained, the data carries its options)
+and the initial parameters. ProjGD uses the full training set. ProjSGD (``batch_size`` = B, 1 ≤ B ≤ n)
+draws, at every step, B sample indices uniformly *with replacement* by ``rng.integers(0, n, size=B)``
+from ``np.random.default_rng(seed)`` and steps along the minibatch gradient (loss (κ/2B) Σ_{j∈batch} r_j²),
+then projects the same way.
 
 Logs per step t = 0..steps−1:
   train_loss[t]  L_train(θ(t)) on the whole training set, before the update (for ProjSGD this is an
@@ -22,40 +25,51 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..checks import as_float, as_scalar
+from ..checks import as_scalar, check_backend
 from ..errors import InputError, NonFiniteError
 from ..progress import silent
-from . import model as transformer
 from . import indrnn
-from .model import check_kappa, check_X, loss_from_outputs
+from . import model as transformer
+from .evaluation import check_kappa
 from .projection import head_radii, project
 
 
 @dataclass(frozen=True)
 class ModelAdapter:
-    """What the trainer needs to know about a model.
+    """What the trainer and the file contract need to know about a model.
 
-    blocks: parameter names in call order (each [m, ...], head first); options: keyword options of
-    ``batch(X, y=None, **options, backend=)``, which validates the data once (a NamedTuple with fields X
-    and y, so ProjSGD takes rows of it without validating again); ``forward(batch, *params)``
-    gives the outputs f [n] and ``loss_and_grad(batch, *params, kappa=)`` gives (f, loss, *grads) in block
-    order; ``logged``: the block whose gradient norm the interchange contract reports.
+    name: the model's name in files and results ("shallow" | "indrnn"); Batch: its prepared-data type
+    (:func:`train` recognises the model by it), whose fields after X and y are the keyword options of
+    prepare(X, y=None, **options); Params: the parameter type, whose fields are the blocks in call order
+    (each [m, ...], head first); check_params(*params, d=): the parameters validated; forward /
+    loss_and_grad: the model's functions; logged: the block whose gradient norm the file contract reports.
     """
     name: str
-    blocks: tuple[str, ...]
-    options: tuple[str, ...]
-    batch: Callable
+    Batch: type
+    prepare: Callable
+    Params: type
+    check_params: Callable
     forward: Callable
     loss_and_grad: Callable
     logged: str
 
+    @property
+    def blocks(self) -> tuple[str, ...]:
+        """The parameter names in call order."""
+        return self.Params._fields
 
-MODELS = {
-    "shallow": ModelAdapter("shallow", ("c", "U", "W"), ("tau_att", "mask_last_key", "activation"),
-                            transformer.batch, transformer.batch_forward, transformer.batch_loss_and_grad, "W"),
-    "indrnn": ModelAdapter("indrnn", ("c", "u", "W_in"), ("activation",),
-                           indrnn.rnn_batch, indrnn.rnn_batch_forward, indrnn.rnn_batch_loss_and_grad, "u"),
-}
+    @property
+    def options(self) -> tuple[str, ...]:
+        """The keyword options of ``prepare`` (shallow: tau_att, mask_last_key, activation; indrnn: activation)."""
+        return self.Batch._fields[2:]
+
+
+MODELS = {spec.name: spec for spec in (
+    ModelAdapter("shallow", transformer.Batch, transformer.prepare, transformer.Params, transformer.check_params,
+                 transformer.forward, transformer.loss_and_grad, "W"),
+    ModelAdapter("indrnn", indrnn.Batch, indrnn.prepare, indrnn.Params, indrnn.check_params, indrnn.forward,
+                 indrnn.loss_and_grad, "u"),
+)}
 
 
 def adapter(model: str) -> ModelAdapter:
@@ -65,9 +79,36 @@ def adapter(model: str) -> ModelAdapter:
     return MODELS[model]
 
 
+def adapter_of(data) -> ModelAdapter:
+    """The :class:`ModelAdapter` of prepared data, by its type."""
+    for spec in MODELS.values():
+        if type(data) is spec.Batch:
+            return spec
+    raise InputError(f"data: expected prepared data (ntpref.shallow.prepare or ntpref.shallow.indrnn.prepare), "
+                     f"got {type(data).__module__}.{type(data).__qualname__}")
+
+
+def check_minibatch(batch_size, seed, n: int, names=("batch_size", "seed")) -> tuple[int | None, int | None]:
+    """(B, seed) of ProjSGD, 1 ≤ B ≤ n and seed ≥ 0, or (None, None) for ProjGD; a seed without a batch
+    size, or the converse, is an error. ``names`` name the two arguments in errors."""
+    b, s = names
+    if batch_size is None:
+        if seed is not None:
+            raise InputError(f"array '{s}': only used by ProjSGD (give '{b}' too, or drop '{s}')")
+        return None, None
+    batch_size = as_scalar(b, batch_size, kind="int", low=1)
+    if batch_size > n:
+        raise InputError(f"array '{b}': must be between 1 and n = {n} (the number of training samples), "
+                         f"got {batch_size}")
+    if seed is None:
+        raise InputError(f"ProjSGD ('{b}' given) needs '{s}'")
+    return batch_size, as_scalar(s, seed, kind="int", low=0)
+
+
 @dataclass(frozen=True)
 class TrainResult:
-    """Final parameters (block name → array) and the per-step logs described in the module docstring."""
+    """Final parameters (block name → array) and the per-step logs described in the module docstring;
+    model: "shallow" | "indrnn"."""
     model: str
     params: dict[str, np.ndarray]
     train_loss: np.ndarray
@@ -86,57 +127,51 @@ class TrainResult:
         return None if self.val_loss is None else float(self.val_loss[-1])
 
 
-def proj_gd(model: str, X, y, params: Sequence[np.ndarray], *, eta, steps, rho=None, batch=None, seed=None,
-            X_val=None, y_val=None, kappa=2.0, backend="numba",
-            progress: Callable[[str, int, int], None] = silent, **options) -> TrainResult:
-    """ProjGD (``batch=None``) or ProjSGD (``batch`` = B, needs ``seed``) from θ(0) = ``params``.
+def _check_val(spec: ModelAdapter, data, val):
+    """The validation data: prepared data of the same model and options as ``data``, with targets."""
+    if type(val) is not spec.Batch:
+        raise InputError(f"val: expected prepared data of the same model as data ({spec.name}), got "
+                         f"{type(val).__module__}.{type(val).__qualname__}")
+    if val.y is None:
+        raise InputError("val: the validation loss needs targets y")
+    if val.X.shape[2] != data.X.shape[2]:
+        raise InputError(f"val: token dimension {val.X.shape[2]} differs from data's d = {data.X.shape[2]}")
+    differ = [k for k in spec.options if getattr(val, k) != getattr(data, k)]
+    if differ:
+        k = differ[0]
+        raise InputError(f"val: prepared with {k} = {getattr(val, k)!r}, data with {k} = {getattr(data, k)!r}")
+    return val
 
-    params: the model's blocks in order (shallow: c, U, W; indrnn: c, u, W_in); θ(0) is also the centre
-    of the projection balls. rho: None (no projection) or one radius ρ_b per block (None / inf = that
-    block unprojected). options: the model's keyword options (shallow: tau_att, mask_last_key,
-    activation; indrnn: activation). progress(label, done, total) is called after every step.
+
+def train(data, params: Sequence[np.ndarray], *, eta, steps, rho=None, batch_size=None, seed=None, val=None,
+          kappa=2.0, backend="numba", progress: Callable[[str, int, int], None] = silent) -> TrainResult:
+    """ProjGD (``batch_size`` None) or ProjSGD (``batch_size`` = B, needs ``seed``) from θ(0) = ``params``.
+
+    data: prepared training data with targets (``ntpref.shallow.prepare`` trains the transformer,
+    ``ntpref.shallow.indrnn.prepare`` the IndRNN); params: the model's blocks in order (transformer: c, U, W;
+    IndRNN: c, u, W_in); θ(0) is also the centre of the projection balls. rho: None (no projection) or one
+    radius ρ_b per block (None / inf = that block unprojected). val: prepared validation data of the same
+    model and options. progress(label, done, total) is called after every step.
     """
-    spec = adapter(model)
-    unknown = sorted(set(options) - set(spec.options))
-    if unknown:
-        raise InputError(f"model {model!r}: unknown option '{unknown[0]}'; allowed: {', '.join(spec.options)}")
+    spec = adapter_of(data)
     kappa = check_kappa(kappa)
+    check_backend(backend)
     eta = as_scalar("eta", eta, low=0.0, low_open=True)
     steps = as_scalar("steps", steps, kind="int", low=1)
-    data = spec.batch(X, y, backend=backend, **options)      # X, y and the options, validated once
+    if data.y is None:
+        raise InputError("array 'y': training needs targets y [n]")
     n = data.X.shape[0]
     if len(params) != len(spec.blocks):
-        raise InputError(f"model {model!r}: expected {len(spec.blocks)} parameter blocks "
+        raise InputError(f"model {spec.name!r}: expected {len(spec.blocks)} parameter blocks "
                          f"({', '.join(spec.blocks)}), got {len(params)}")
-    theta = tuple(as_float(name, p, (None,) if b == 0 else None)
-                  for b, (name, p) in enumerate(zip(spec.blocks, params)))
-    m = theta[0].shape[0]
-    if m == 0:
-        raise InputError(f"array '{spec.blocks[0]}': expected at least one head, got shape [0]")
-    radii = head_radii(rho, m, len(spec.blocks))
-    if (X_val is None) != (y_val is None):
-        raise InputError("validation data needs both 'X_val' and 'y_val'")
-    val = None
-    if X_val is not None:
-        X_val = check_X(X_val, "X_val")
-        if X_val.shape[2] != data.X.shape[2]:
-            raise InputError(f"array 'X_val': tokens have dimension {X_val.shape[2]}, X has {data.X.shape[2]}")
-        val = spec.batch(X_val, as_float("y_val", y_val, (X_val.shape[0],)), backend=backend, **options)
-    if batch is None:
-        if seed is not None:
-            raise InputError("array 'seed': only used by ProjSGD (give 'batch' too, or drop 'seed')")
-        rng, label = None, f"{model} ProjGD"
-    else:
-        batch = as_scalar("batch", batch, kind="int", low=1)
-        if batch > n:
-            raise InputError(f"array 'batch': must be between 1 and n = {n} (the number of training samples), "
-                             f"got {batch}")
-        if seed is None:
-            raise InputError("ProjSGD ('batch' given) needs 'seed'")
-        rng, label = np.random.default_rng(as_scalar("seed", seed, kind="int", low=0)), f"{model} ProjSGD"
-
-    def loss_at(b, th):
-        return loss_from_outputs(spec.forward(b, *th), b.y, kappa)
+    theta = tuple(spec.check_params(*params, d=data.X.shape[2]))
+    radii = head_radii(rho, theta[0].shape[0], len(spec.blocks))
+    if val is not None:
+        val = _check_val(spec, data, val)
+    batch_size, seed = check_minibatch(batch_size, seed, n)
+    rng = None if batch_size is None else np.random.default_rng(seed)
+    label = f"{spec.name} {'ProjGD' if rng is None else 'ProjSGD'}"
+    evaluate = dict(kappa=kappa, backend=backend)
 
     centre = tuple(p.copy() for p in theta)
     train_loss = np.empty(steps)
@@ -146,12 +181,12 @@ def proj_gd(model: str, X, y, params: Sequence[np.ndarray], *, eta, steps, rho=N
         try:
             with np.errstate(over="ignore", invalid="ignore"):  # divergence is reported just below
                 if rng is None:
-                    _, train_loss[t], *grads = spec.loss_and_grad(data, *theta, kappa=kappa)
+                    train_loss[t], *grads, _ = spec.loss_and_grad(data, *theta, **evaluate)
                 else:
-                    idx = rng.integers(0, n, size=batch)
-                    mini = data._replace(X=data.X[idx], y=data.y[idx])   # rows of validated data
-                    _, _, *grads = spec.loss_and_grad(mini, *theta, kappa=kappa)
-                    train_loss[t] = loss_at(data, theta)
+                    idx = rng.integers(0, n, size=batch_size)
+                    mini = data._replace(X=data.X[idx], y=data.y[idx])   # rows of prepared data
+                    _, *grads, _ = spec.loss_and_grad(mini, *theta, **evaluate)
+                    train_loss[t] = spec.forward(data, *theta, **evaluate).loss
                 for b, g in enumerate(grads):
                     norms[b, t] = math.sqrt(np.sum(g * g))
                 theta = project([p - eta * g for p, g in zip(theta, grads)], centre, radii)
@@ -161,7 +196,7 @@ def proj_gd(model: str, X, y, params: Sequence[np.ndarray], *, eta, steps, rho=N
             raise InputError(f"training diverged at step {t}: non-finite loss or parameters "
                              f"(eta = {eta} too large?)")
         if val_loss is not None:
-            val_loss[t] = loss_at(val, theta)
+            val_loss[t] = spec.forward(val, *theta, **evaluate).loss
         progress(label, t + 1, steps)
-    return TrainResult(model, dict(zip(spec.blocks, theta)), train_loss, val_loss,
-                       dict(zip(spec.blocks, norms)), loss_at(data, theta))
+    return TrainResult(spec.name, dict(zip(spec.blocks, theta)), train_loss, val_loss,
+                       dict(zip(spec.blocks, norms)), spec.forward(data, *theta, **evaluate).loss)

@@ -20,16 +20,17 @@ import numpy as np
 from ..checks import MAX_STEPS, as_float, as_scalar, check_names
 from ..errors import InputError
 from ..progress import silent
-from .data import Dataset
-from .model import collocation_loss_and_grad, forward, loss_and_grad
-from .train import DIRECTIONS, two_stage
+from .dataset import Dataset
+from .model import forward, loss_and_grad, prepare, prepare_collocations
+from .train import train as two_stage_train
 
 DATA = ("tokens", "lengths", "targets", "W_ov", "W_kq")
 TRAIN = ("succ", "eta0", "eta", "T0", "T")
 
 
-def _dataset(arrays: Mapping) -> Dataset:
-    """The Dataset of an input dict (exactly one of E / K)."""
+def input_dataset(arrays: Mapping) -> Dataset:
+    """The Dataset of the arrays of an input file (tokens, lengths, targets, exactly one of E [d, K] / K, optional
+    succ), validated; W_ov is checked to be [K, K] before a one-hot E = I_K is built."""
     if ("E" in arrays) == ("K" in arrays):
         raise InputError("give exactly one of array 'E' [d, K] (embeddings) or 'K' (0-d int, one-hot E = I_K)"
                          + (", not both" if "E" in arrays else ""))
@@ -53,15 +54,16 @@ def _f64(x) -> np.ndarray:
 def evaluate(model: str, arrays: Mapping[str, np.ndarray], backend: str = "numba") -> dict[str, np.ndarray]:
     """Outputs of ``ntpref eval`` for model "twostage"."""
     check_names(arrays, DATA, ("E", "K", "succ"), f"{model} eval input")
-    ds = _dataset(arrays)
+    ds = input_dataset(arrays)
     W_ov, W_kq = _matrices(arrays, ds.d)
-    fw = forward(ds, W_ov, W_kq, backend)
-    loss, g_ov, g_kq = loss_and_grad(ds, W_ov, W_kq, backend)
+    prep = prepare(ds)
+    fw = forward(prep, W_ov, W_kq, backend=backend)
+    loss, g_ov, g_kq = loss_and_grad(prep, W_ov, W_kq, backend=backend)
     inside = np.arange(ds.Lmax)[None, :] < ds.lengths[:, None]
     out = {"loss": _f64(loss), "logits": _f64(fw.logits), "attn": _f64(np.where(inside, fw.attn, 0.0)),
            "grad_W_ov": _f64(g_ov), "grad_W_kq": _f64(g_kq)}
     if ds.succ is not None:
-        loss0, g0 = collocation_loss_and_grad(ds.E, ds.succ, W_ov, backend=backend)
+        loss0, g0, _ = loss_and_grad(prepare_collocations(ds.E, ds.succ), W_ov, None, backend=backend)
         out.update(loss0=_f64(loss0), grad0_W_ov=_f64(g0))
     return out
 
@@ -70,16 +72,14 @@ def train(model: str, arrays: Mapping[str, np.ndarray], backend: str = "numba",
           progress: Callable[[str, int, int], None] = silent) -> dict[str, np.ndarray]:
     """Outputs of ``ntpref train`` for model "twostage": Algorithm 1 from the given W_ov / W_kq."""
     check_names(arrays, DATA + TRAIN, ("E", "K", "direction"), f"{model} train input")
-    ds = _dataset(arrays)
+    ds = input_dataset(arrays)
     W_ov, W_kq = _matrices(arrays, ds.d)
     direction = as_scalar("direction", arrays["direction"], kind="str") if "direction" in arrays else "stable"
-    if direction not in DIRECTIONS:
-        raise InputError(f"array 'direction': must be one of {', '.join(DIRECTIONS)}, got {direction!r}")
-    res = two_stage(ds, eta0=as_scalar("eta0", arrays["eta0"], low=0, low_open=True),
-                    eta=as_scalar("eta", arrays["eta"], low=0, low_open=True),
-                    T0=as_scalar("T0", arrays["T0"], kind="int", low=0, high=MAX_STEPS),
-                    T=as_scalar("T", arrays["T"], kind="int", low=0, high=MAX_STEPS),
-                    direction=direction, W_ov0=W_ov, W_kq0=W_kq, backend=backend, progress=progress)
+    res = two_stage_train(ds, eta0=as_scalar("eta0", arrays["eta0"], low=0, low_open=True),
+                          eta=as_scalar("eta", arrays["eta"], low=0, low_open=True),
+                          T0=as_scalar("T0", arrays["T0"], kind="int", low=0, high=MAX_STEPS),
+                          T=as_scalar("T", arrays["T"], kind="int", low=0, high=MAX_STEPS),
+                          direction=direction, W_ov0=W_ov, W_kq0=W_kq, backend=backend, progress=progress)
     out = {"W_ov": res.W_ov, "W_kq": res.W_kq, "W_ov_star": res.W_ov_star, "W_kq_star": res.W_kq_star,
            "loss_floor": res.loss_floor}
     for stage, metrics in (("stage1", res.stage1), ("stage2", res.stage2)):

@@ -1,6 +1,6 @@
 """Generalization of a trained model to unseen sentences (docs/twostage.md §6, §7 "generalization").
 
-The sentences come from :func:`ntpref.twostage.data.unseen_sentences`, split into
+The sentences come from :func:`ntpref.twostage.unseen.unseen_sentences`, split into
 
   determined     the extended order >_q^ext (transitive closure of the observed relations) makes one token x̂
                  of the sentence greater than every other one; target n(x̂). Theory: attention concentrates
@@ -26,8 +26,10 @@ import numpy as np
 from ..checks import as_int, check_backend
 from ..progress import silent
 from . import model
-from .data import Dataset, UnseenSplit, observed_relations, optimal_tokens
-from .train import TwoStageResult, prediction_metrics, two_stage
+from .dataset import Dataset
+from .orders import observed_relations, optimal_tokens
+from .train import TwoStageResult, prediction_metrics, train
+from .unseen import UnseenSplit
 
 PARTS = ("determined", "noncomparable")
 METRICS = ("accuracy", "attn_max", "p_target")
@@ -44,19 +46,19 @@ class PartMetrics:
     p_target: float
 
 
-def evaluate_part(ds: Dataset, W_ov, W_kq, backend: str = "numba") -> PartMetrics:
+def evaluate_part(ds: Dataset, W_ov, W_kq, *, backend: str = "numba") -> PartMetrics:
     """:class:`PartMetrics` of W_ov, W_kq [d, d] on the sentences of ``ds`` (x̂ = token with successor = target)."""
     check_backend(backend)
     xhat = optimal_tokens(ds)
-    fw = model.forward(ds, W_ov, W_kq, backend)
+    fw = model.forward(ds, W_ov, W_kq, backend=backend)
     accuracy, mass = prediction_metrics(ds, fw.logits, fw.attn, xhat)
     return PartMetrics(ds.N, accuracy, mass, float(np.mean(np.exp(-fw.losses))))
 
 
-def evaluate_unseen(split: UnseenSplit, W_ov, W_kq, backend: str = "numba") -> dict[str, PartMetrics | None]:
+def evaluate_unseen(split: UnseenSplit, W_ov, W_kq, *, backend: str = "numba") -> dict[str, PartMetrics | None]:
     """{"determined": PartMetrics | None, "noncomparable": PartMetrics | None} (None for an empty part)."""
-    return {part: None if getattr(split, part) is None else evaluate_part(getattr(split, part), W_ov, W_kq, backend)
-            for part in PARTS}
+    return {part: None if getattr(split, part) is None
+            else evaluate_part(getattr(split, part), W_ov, W_kq, backend=backend) for part in PARTS}
 
 
 def needs_transitive_step(ds: Dataset, part: Dataset) -> np.ndarray:
@@ -103,19 +105,19 @@ class GeneralizationCurve:
 
 def generalization_curve(ds: Dataset, split: UnseenSplit | Mapping[str, Dataset | None], steps: Sequence[int], *,
                          backend: str = "numba", progress: Callable[[str, int, int], None] = silent,
-                         **two_stage_options) -> GeneralizationCurve:
-    """Train with :func:`~ntpref.twostage.train.two_stage` on ``ds`` and evaluate the training sentences and the
+                         **train_options) -> GeneralizationCurve:
+    """Train with :func:`~ntpref.twostage.train.train` on ``ds`` and evaluate the training sentences and the
     parts of ``split`` at every stage-2 step in ``steps`` (0..T). ``split``: an UnseenSplit (its two parts) or
-    {name: Dataset | None} (e.g. from :func:`unseen_parts`; None parts are skipped). ``two_stage_options`` go to
-    two_stage (eta0, eta, T0, T, direction, ...)."""
+    {name: Dataset | None} (e.g. from :func:`unseen_parts`; None parts are skipped). ``train_options`` go to
+    train (eta0, eta, T0, T, direction, ...)."""
     steps = np.unique(as_int("steps", np.asarray(list(steps), dtype=np.int64), (None,), low=0))
-    result = two_stage(ds, snapshots=steps.tolist(), backend=backend, progress=progress, **two_stage_options)
+    result = train(ds, snapshots=steps.tolist(), backend=backend, progress=progress, **train_options)
     named = {p: getattr(split, p) for p in PARTS} if isinstance(split, UnseenSplit) else dict(split)
     parts = {"train": ds, **{p: part for p, part in named.items() if part is not None}}
     curves = {p: {k: np.empty(steps.size) for k in METRICS} for p in parts}
     for j, t in enumerate(steps.tolist()):
         for p, part in parts.items():
-            metrics = evaluate_part(part, result.W_ov, result.snapshots[t], backend)
+            metrics = evaluate_part(part, result.W_ov, result.snapshots[t], backend=backend)
             for k in METRICS:
                 curves[p][k][j] = getattr(metrics, k)
     return GeneralizationCurve(steps, curves, {p: part.N for p, part in parts.items()}, result)

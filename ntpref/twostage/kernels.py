@@ -1,13 +1,16 @@
-"""Numba kernels of paper (1) (docs/twostage.md §2–§4), all in one module.
+"""Numba kernels of paper (1) (docs/twostage.md §2–§4): passes over a weighted sentence set that give the
+loss, the per-sentence values and the gradients of W_ov and W_kq, naive or in log scale, and the
+normalized-GD loop built on them.
 
-Every kernel works in *token space*: with B_ov = E^T W_ov E and B_kq = E^T W_kq E (both [K, K]) a
-sentence τ_1..τ_L with query q = τ_L has
+Token space. With B_ov = E^T W_ov E and B_kq = E^T W_kq E (both [K, K]) a sentence τ_1..τ_L with query
+q = τ_L has
 
     s_l = B_kq[τ_l, q],   φ = softmax(s),   z = Σ_l φ_l B_ov[:, τ_l],   ℓ = -log softmax(z)_y
 
 and the gradients are E G_ov E^T, E G_kq E^T with token-space G's (column τ_l of G_ov gets g_z φ_l,
 entry [τ_l, q] of G_kq gets g_s,l). For E = I (one-hot) B = W and no transform is needed; otherwise
-:func:`congruence` does the two changes of basis (E^T W E and E G E^T).
+:func:`congruence` does the two changes of basis (E^T W E and E G E^T). The passes read B_ov as its
+transpose BovT and sum G_ov as its transpose GovT (row τ of GovT is column τ of G_ov).
 
 A sentence set carries weights w_i (1/N for Eq. 1; the normalised collocation weights for L0, whose
 sentences are the one-token sentences [x] with target n(x)). :func:`pass_serial` (one call; or
@@ -35,33 +38,45 @@ NumPy backend's pairwise form; 2L exponentials per sentence (u, v) instead of on
 are equal, g_s = 0 exactly and σ = -inf. ã = X^T W_ov^T E g̃ (a = e^m ã). Each sentence's log scale
 λ_i = σ + m + log w_i; the sum over sentences is shifted by Λ = max λ_i, which is returned.
 
-Order of the work: a pass runs in phases over a range of sentences (:func:`_rows`), so that every
-exponential runs in one long vectorized loop over all sentences of the range instead of short loops per
-sentence (exponentials come from :mod:`ntpref.vmath`: inlined, ≤ 1 ulp, the same bits in a vector lane
-as in a scalar call, which costs ~10x a lane):
+Work slots. A pass keeps every per-sentence quantity in its own array with one row per sentence, [N],
+[N, K] or [N, Lmax] (the tuple of :func:`slots`, unpacked into these names where it is used):
 
-    1. per sentence: centred scores s_l - s_1 into u [N, Lmax]      then e^· over all rows of u
-    2. per sentence: U, φ, z, margins r_v - r_max into gz [N, K]    then e^· over all rows of gz
-       (and of e^{-|r_max|}, [N])
-    3. per sentence: S, g̃, ℓ, m
-    MODE_GRAD:      e^m over all sentences; per sentence g_z = e^m g̃, a, g_s
-    MODE_KQ_STABLE: per sentence ã, D_l, s_2, exponents s_l - s_2 into gs [N, Lmax]   then e^· over all
-                    rows of gs; per sentence the sums, g̃_l and λ_i
-    MODE_OV_STABLE: per sentence λ_i
-    reduction (serial, sentence order): in the stable modes c_i = e^{λ_i - Λ} in one loop, then
-    G_ov^T[τ_l, :] += c_i φ_l g_z, G_kq[τ_l, q] += c_i g_s,l
+    forward          l1 (the first arg max, int64), u = u_l, attn = φ, logits = z, rmax = r_max,
+                     e_rmax = e^{-|r_max|}, gzt = g̃, losses = ℓ_i, m = m_i
+    MODE_GRAD        e_m = e^{m_i}, gz = g_z = e^m g̃, a = X^T W_ov^T E g_z, gs = g_s = φ ⊙ (a - (φ·a) 1)
+    MODE_KQ_STABLE   a = ã, D = D_l, gap = s_2 - s_1 (= σ + 2 log U), v = v_l, gst = g̃_s, lam = λ_i
+    MODE_OV_STABLE   lam = λ_i
 
-Lanes that carry no value (padding positions, the y logit, positions in A) are fed e^0 and set
-afterwards, never e^-inf (an exponential that underflows to 0 costs a microcode assist on Intel CPUs).
-The serial driver (:func:`pass_serial`, and :func:`ngd_steps`) runs the phases once over all N
-sentences; the parallel driver (:func:`sentences_parallel`) runs the same :func:`_rows` on blocks of
-BLOCK sentences spread over threads (prange, each block writing only its own rows). Every value of a
-sentence is computed by the same operations in either case, and the reduction is serial in sentence
-order, so results are bitwise identical for either driver and any thread count. The drivers transpose
-B_ov once (BovT) and the reduction accumulates G_ov transposed, so the loops over the K logits run with
-unit stride. :func:`ngd_steps` runs whole stretches of Algorithm 1 (update and per-step metrics) on the
-serial pass, so a training loop makes one compiled call per chunk of steps instead of one per step.
-Never fastmath.
+The reduction sums (gz, gs) in MODE_GRAD and (gzt, gst) in the stable modes (:func:`_results`), with a
+factor c_i per sentence: w_i in MODE_GRAD, e^{λ_i - Λ} in the stable modes.
+
+Phases and the exponential loop. A pass runs in phases over a range of sentences (:func:`_rows`); each
+phase first does the per-sentence work of all its sentences, then takes every exponential that work
+needs in one loop over all their rows. This is the one idiom of the module: the per-sentence loop writes
+the exponents into the array named for their exponentials (u, gzt, e_rmax, e_m, v, c), and
+:func:`_exp_rows` / :func:`_exp_inplace` replace them by their exponentials in place (:func:`ntpref.vmath.exp`,
+≤ 1 ulp, the same bits in a vector lane as in a scalar call). A lane that carries no value (a padding
+position, the y logit, a position in A) gets the exponent 0 and is set after the loop; no exponent is
+-inf. docs/performance.md explains the choice of this order and layout.
+
+    1. l1, u ← s_l - s_1 (padding 0)                               then u ← e^u
+    2. U, attn, logits; gzt ← r_v - r_max (y: 0), rmax, e_rmax ← -|r_max|    then gzt ← e^gzt, e_rmax ← e^e_rmax
+    3. S, gzt[y] = -S (gzt = g̃), losses, m
+    MODE_GRAD:      e_m ← m   then e_m ← e^e_m;   per sentence gz, a, gs
+    MODE_KQ_STABLE: per sentence a = ã, D, s_2, gap, v ← s_l - s_2 (A and padding 0)   then v ← e^v;
+                    per sentence the sums, gst and lam
+    MODE_OV_STABLE: per sentence lam
+    reduction (serial, sentence order): c ← λ_i - Λ then c ← e^c (stable modes; c = w in MODE_GRAD);
+                    GovT[τ_l, :] += c_i φ_l g_z (or g̃), Gkq[τ_l, q] += c_i g_s,l (or g̃_l)
+
+Determinism. Every value of a sentence is computed by the same operations in the same order whichever
+driver runs it: sums over positions run in position order, sums over logits in v order, and the sum over
+sentences is serial in sentence order; no kernel uses fastmath. The serial driver (:func:`pass_serial`,
+and :func:`ngd_steps`) runs the phases once over all N sentences; the parallel driver
+(:func:`sentences_parallel`) runs the same :func:`_rows` on blocks of BLOCK sentences spread over
+threads (prange), each block writing only its own rows. So results are bitwise identical for either
+driver and any thread count. :func:`ngd_steps` runs whole stretches of Algorithm 1 (update and per-step
+metrics) on the serial pass, so a training loop makes one compiled call per chunk of steps.
 """
 import math
 
@@ -99,7 +114,7 @@ def congruence(A, M):
 
 @njit(cache=True, error_model="numpy", inline="always")
 def _exp_inplace(x):
-    """x ← e^x elementwise for a contiguous 1-D x, as one loop over it (vectorized; same bits as scalar)."""
+    """x ← e^x elementwise for a contiguous 1-D x, as one loop over it (module docstring: the exponential loop)."""
     for j in range(x.shape[0]):
         x[j] = vmath.exp(x[j])
 
@@ -124,24 +139,25 @@ def _first_argmax_score(i, tokens, lengths, Bkq):
     return l1, s1
 
 
-@njit(cache=True, error_model="numpy")
-def _forward_rows(i0, i1, tokens, lengths, targets, BovT, Bkq, losses, m, ex, logits, gz, attn, u):
-    """Forward pass of sentences i0..i1-1 (BovT = B_ov^T, so the loops over the logits have unit stride).
+@njit(cache=True, error_model="numpy", inline="always")
+def _forward_rows(i0, i1, tokens, lengths, targets, BovT, Bkq, l1, u, attn, logits, gzt, rmax, e_rmax, losses, m):
+    """Forward pass of sentences i0..i1-1, phases 1–3 of the module docstring.
 
-    Writes u[i] = e^{s_l - s_1} (s_1 the top score; 1 on padding), attn[i] = φ = u/U with U = Σ_l u_l (position
-    order; 0 on padding), logits[i] = z, gz[i] = g̃ = p̃ - S e_y (g_z = e^m g̃), losses[i] = ℓ_i,
-    m[i] = m_i. Phases: all centred scores, one exponential loop over them; per sentence φ, z and the
-    margins, one exponential loop over all of them; per sentence S, ℓ and m.
+    Writes l1[i] (the first arg max of the scores, s_1 its score), u[i] = e^{s_l - s_1} (1 on padding),
+    attn[i] = φ = u/U with U = Σ_l u_l (position order; 0 on padding), logits[i] = z = Σ_l φ_l B_ov[:, τ_l],
+    rmax[i] = r_max, e_rmax[i] = e^{-|r_max|}, gzt[i] = g̃ = p̃ - S e_y (g_z = e^m g̃), losses[i] = ℓ_i and
+    m[i] = m_i.
     """
     Lmax = u.shape[1]
+    K = logits.shape[1]
     for i in range(i0, i1):
-        _, s1 = _first_argmax_score(i, tokens, lengths, Bkq)
+        l1[i], s1 = _first_argmax_score(i, tokens, lengths, Bkq)
         L = lengths[i]
         q = tokens[i, L - 1]
         for l in range(L):
             u[i, l] = Bkq[tokens[i, l], q] - s1
         for l in range(L, Lmax):
-            u[i, l] = 0.0                    # padding: e^0 (never e^-inf, whose underflow is slow)
+            u[i, l] = 0.0                    # padding
     _exp_rows(u, i0, i1)
     for i in range(i0, i1):
         L = lengths[i]
@@ -153,64 +169,66 @@ def _forward_rows(i0, i1, tokens, lengths, targets, BovT, Bkq, losses, m, ex, lo
             attn[i, l] = u[i, l] / U
         for l in range(L, Lmax):
             attn[i, l] = 0.0
-        for v in range(logits.shape[1]):
+        for v in range(K):
             logits[i, v] = 0.0
         for l in range(L):
             t = tokens[i, l]
             f = attn[i, l]
-            for v in range(logits.shape[1]):
+            for v in range(K):
                 logits[i, v] += f * BovT[t, v]
         zy = logits[i, y]
-        for v in range(logits.shape[1]):
-            gz[i, v] = logits[i, v] - zy     # margins r_v
-        gz[i, y] = -np.inf
-        rmax = -np.inf                       # max_{v≠y} r_v
-        for v in range(logits.shape[1]):
-            rmax = gz[i, v] if gz[i, v] > rmax else rmax
-        for v in range(logits.shape[1]):
-            gz[i, v] = gz[i, v] - rmax
-        gz[i, y] = 0.0                       # e^0, cleared below
-        m[i] = rmax                          # until the last phase
-        ex[i] = -abs(rmax)                   # e^{-rmax} if rmax > 0, else e^{rmax}
-    _exp_rows(gz, i0, i1)
-    _exp_inplace(ex[i0:i1])
+        for v in range(K):
+            gzt[i, v] = logits[i, v] - zy    # margins r_v, shifted by r_max below: the exponents of p̃
+        gzt[i, y] = -np.inf
+        r_max = -np.inf                      # max_{v≠y} r_v
+        for v in range(K):
+            r_max = gzt[i, v] if gzt[i, v] > r_max else r_max
+        for v in range(K):
+            gzt[i, v] = gzt[i, v] - r_max
+        gzt[i, y] = 0.0                      # no value: set in phase 3
+        rmax[i] = r_max
+        e_rmax[i] = -abs(r_max)              # e^{-r_max} if r_max > 0, else e^{r_max}
+    _exp_rows(gzt, i0, i1)
+    _exp_inplace(e_rmax[i0:i1])
     for i in range(i0, i1):
         y = targets[i]
-        gz[i, y] = 0.0
+        gzt[i, y] = 0.0
         S = 0.0
-        for v in range(gz.shape[1]):
-            S += gz[i, v]
-        gz[i, y] = -S
-        rmax = m[i]
-        if rmax > 0.0:
-            m[i] = -math.log(ex[i] + S)
-            losses[i] = rmax - m[i]
+        for v in range(K):
+            S += gzt[i, v]
+        gzt[i, y] = -S
+        r_max = rmax[i]
+        if r_max > 0.0:
+            m[i] = -math.log(e_rmax[i] + S)
+            losses[i] = r_max - m[i]
         else:
-            losses[i] = math.log1p(ex[i] * S)
-            m[i] = rmax - losses[i]
+            losses[i] = math.log1p(e_rmax[i] * S)
+            m[i] = r_max - losses[i]
 
 
 @njit(cache=True, error_model="numpy", inline="always")
-def _sentence_a(i, tokens, lengths, BovT, gz, a):
-    """a[i, l] = Σ_v gz[i, v] B_ov[v, τ_l], v = 0..K-1 in order (a = X^T W_ov^T E g; BovT = B_ov^T)."""
+def _sentence_a(i, tokens, lengths, BovT, g, a):
+    """a[i, l] = Σ_v g[i, v] B_ov[v, τ_l], v = 0..K-1 in order (a = X^T W_ov^T E g; BovT = B_ov^T): a from
+    g = g_z, ã from g = g̃."""
     for l in range(lengths[i]):
         t = tokens[i, l]
         acc = 0.0
-        for v in range(gz.shape[1]):
-            acc += gz[i, v] * BovT[t, v]
+        for v in range(g.shape[1]):
+            acc += g[i, v] * BovT[t, v]
         a[i, l] = acc
 
 
-@njit(cache=True, error_model="numpy")
-def _naive_rows(i0, i1, tokens, lengths, BovT, m, ex, gz, attn, a, gs):
-    """Plain float64 gradients of sentences i0..i1-1 (docs/twostage.md §3): gz[i] ← g_z = e^m g̃ (the e^m of all
-    sentences in one exponential loop), a = X^T W_ov^T E g_z, gs[i] = g_s = φ ⊙ (a - (φ·a) 1)."""
+@njit(cache=True, error_model="numpy", inline="always")
+def _naive_rows(i0, i1, tokens, lengths, BovT, m, gzt, attn, e_m, gz, a, gs):
+    """Plain float64 gradients of sentences i0..i1-1 (docs/twostage.md §3): e_m[i] = e^{m_i} (one exponential
+    loop), gz[i] = g_z = e^m g̃, a[i] = X^T W_ov^T E g_z, gs[i] = g_s = φ ⊙ (a - (φ·a) 1)."""
     for i in range(i0, i1):
-        ex[i] = m[i]
-    _exp_inplace(ex[i0:i1])
+        e_m[i] = m[i]
+    _exp_inplace(e_m[i0:i1])
     for i in range(i0, i1):
+        em = e_m[i]
         for v in range(gz.shape[1]):
-            gz[i, v] *= ex[i]
+            gz[i, v] = gzt[i, v] * em
         _sentence_a(i, tokens, lengths, BovT, gz, a)
         L = lengths[i]
         pa = 0.0
@@ -220,98 +238,119 @@ def _naive_rows(i0, i1, tokens, lengths, BovT, m, ex, gz, attn, a, gs):
             gs[i, l] = attn[i, l] * (a[i, l] - pa)
 
 
-@njit(cache=True, error_model="numpy")
-def _kq_stable_rows(i0, i1, tokens, lengths, weights, BovT, Bkq, lam, m, ex, gz, u, a, gs):
-    """Log-scaled attention gradients of sentences i0..i1-1 (module docstring): ã from g̃, then
-    gs[i, l] = g̃_l and lam[i] = λ_i = σ + m + log w_i (-inf, gs[i] = 0, when g_s = 0 exactly). Phases:
-    per sentence ã, D_l (into a[i]), s_2 and the exponents s_l - s_2 (l ∉ A); one exponential loop over
-    all sentences (v_l); per sentence the sums and g̃."""
-    Lmax = gs.shape[1]
+@njit(cache=True, error_model="numpy", inline="always")
+def _kq_stable_rows(i0, i1, tokens, lengths, weights, BovT, Bkq, l1, u, m, gzt, a, D, gap, v, gst, lam):
+    """Log-scaled attention gradients of sentences i0..i1-1 (module docstring): a[i] = ã from g̃,
+    D[i] = D_l, gap[i] = s_2 - s_1, v[i] = v_l (1 on A and padding), then gst[i] = g̃_s and
+    lam[i] = λ_i = σ + m + log w_i (-inf, gst[i] = 0, when g_s = 0 exactly)."""
+    Lmax = v.shape[1]
     for i in range(i0, i1):
-        _sentence_a(i, tokens, lengths, BovT, gz, a)
-        l1, s1 = _first_argmax_score(i, tokens, lengths, Bkq)
+        _sentence_a(i, tokens, lengths, BovT, gzt, a)
         L = lengths[i]
         q = tokens[i, L - 1]
-        a1 = a[i, l1]
+        s1 = Bkq[tokens[i, l1[i]], q]
+        a1 = a[i, l1[i]]
         s2 = -np.inf                         # top score outside A = {l : a_l = a_l1}
         for l in range(L):
-            a[i, l] = a[i, l] - a1           # D_l (0 exactly on A)
+            D[i, l] = a[i, l] - a1           # 0 exactly on A
             s = Bkq[tokens[i, l], q]
-            if a[i, l] != 0.0 and s > s2:
+            if D[i, l] != 0.0 and s > s2:
                 s2 = s
         for l in range(L):
-            gs[i, l] = Bkq[tokens[i, l], q] - s2 if a[i, l] != 0.0 else 0.0
+            v[i, l] = Bkq[tokens[i, l], q] - s2 if D[i, l] != 0.0 else 0.0
         for l in range(L, Lmax):
-            gs[i, l] = 0.0                   # A and padding: e^0, cleared below
-        ex[i] = s2 - s1                      # σ + 2 log U (-inf when all a_l are equal)
-    _exp_rows(gs, i0, i1)
+            v[i, l] = 0.0                    # padding
+        gap[i] = s2 - s1                     # -inf when all a_l are equal
+    _exp_rows(v, i0, i1)
     for i in range(i0, i1):
         L = lengths[i]
-        if ex[i] == -np.inf:
+        if gap[i] == -np.inf:
             for l in range(L):
-                gs[i, l] = 0.0
+                gst[i, l] = 0.0
             lam[i] = -np.inf
             continue
         U = 0.0
-        P = 0.0
-        Pv = 0.0
+        P = 0.0                              # Σ_{k∉A} u_k D_k
+        Pv = 0.0                             # Σ_{k∉A} v_k D_k
         for l in range(L):
             U += u[i, l]
-            if a[i, l] != 0.0:
-                P += u[i, l] * a[i, l]
-                Pv += gs[i, l] * a[i, l]
+            if D[i, l] != 0.0:
+                P += u[i, l] * D[i, l]
+                Pv += v[i, l] * D[i, l]
         for l in range(L):
-            if a[i, l] != 0.0:
-                gs[i, l] = gs[i, l] * (a[i, l] * U - P)
+            if D[i, l] != 0.0:
+                gst[i, l] = v[i, l] * (D[i, l] * U - P)
             else:
-                gs[i, l] = -u[i, l] * Pv
-        sigma = ex[i] - 2.0 * math.log(U)
+                gst[i, l] = -u[i, l] * Pv
+        sigma = gap[i] - 2.0 * math.log(U)
         lam[i] = sigma + m[i] + math.log(weights[i]) if weights[i] > 0.0 else -np.inf
+
+
+@njit(cache=True, error_model="numpy")
+def slots(N, Lmax, K):
+    """The work slots of a pass over N sentences (module docstring), allocated once per pass or training
+    loop and reused by every step: (l1, u, attn, logits, gzt, rmax, e_rmax, losses, m, e_m, gz, a, gs, D,
+    gap, v, gst, lam). Each is its own array, a row of one allocation per shape (l1 int64 [N])."""
+    l1 = np.empty(N, dtype=np.int64)
+    by_sentence = np.empty((7, N))
+    rmax, e_rmax, losses, m, e_m, gap, lam = (by_sentence[0], by_sentence[1], by_sentence[2], by_sentence[3],
+                                              by_sentence[4], by_sentence[5], by_sentence[6])
+    by_logit = np.empty((3, N, K))
+    logits, gzt, gz = by_logit[0], by_logit[1], by_logit[2]
+    by_position = np.empty((7, N, Lmax))
+    u, attn, a, gs, D, v, gst = (by_position[0], by_position[1], by_position[2], by_position[3], by_position[4],
+                                 by_position[5], by_position[6])
+    return l1, u, attn, logits, gzt, rmax, e_rmax, losses, m, e_m, gz, a, gs, D, gap, v, gst, lam
 
 
 @njit(cache=True, error_model="numpy")
 def _rows(i0, i1, mode, tokens, lengths, targets, weights, BovT, Bkq, ws):
     """All per-sentence work of a pass for sentences i0..i1-1 (writes only their rows of the slots ws)."""
-    losses, lam, m, ex, logits, gz, attn, u, a, gs = ws
-    _forward_rows(i0, i1, tokens, lengths, targets, BovT, Bkq, losses, m, ex, logits, gz, attn, u)
+    l1, u, attn, logits, gzt, rmax, e_rmax, losses, m, e_m, gz, a, gs, D, gap, v, gst, lam = ws
+    _forward_rows(i0, i1, tokens, lengths, targets, BovT, Bkq, l1, u, attn, logits, gzt, rmax, e_rmax, losses, m)
     if mode == MODE_GRAD:
-        _naive_rows(i0, i1, tokens, lengths, BovT, m, ex, gz, attn, a, gs)
+        _naive_rows(i0, i1, tokens, lengths, BovT, m, gzt, attn, e_m, gz, a, gs)
     elif mode == MODE_KQ_STABLE:
-        _kq_stable_rows(i0, i1, tokens, lengths, weights, BovT, Bkq, lam, m, ex, gz, u, a, gs)
+        _kq_stable_rows(i0, i1, tokens, lengths, weights, BovT, Bkq, l1, u, m, gzt, a, D, gap, v, gst, lam)
     elif mode == MODE_OV_STABLE:
         for i in range(i0, i1):
             lam[i] = m[i] + math.log(weights[i]) if weights[i] > 0.0 and m[i] > -np.inf else -np.inf
 
 
-@njit(cache=True, error_model="numpy")
-def slots(N, Lmax, K):
-    """Per-sentence work slots of a pass: losses, lam, m, ex [N]; logits, gz [N, K]; attn, u, a, gs
-    [N, Lmax] (allocated once per training loop and reused by every step)."""
-    return (np.empty(N), np.empty(N), np.empty(N), np.empty(N), np.empty((N, K)), np.empty((N, K)),
-            np.empty((N, Lmax)), np.empty((N, Lmax)), np.empty((N, Lmax)), np.empty((N, Lmax)))
+@njit(cache=True, error_model="numpy", inline="always")
+def _results(ws, mode):
+    """(losses, lam, logits, gz, attn, gs) of a pass in ``mode`` from its slots ws: what :func:`reduce`
+    sums, with gz, gs the factors of the gradients, g_z and g_s in MODE_GRAD, g̃ and g̃_s (slots gzt, gst)
+    in the stable modes."""
+    _, _, attn, logits, gzt, _, _, losses, _, _, gz, _, gs, _, _, _, gst, lam = ws
+    if mode == MODE_GRAD:
+        return losses, lam, logits, gz, attn, gs
+    return losses, lam, logits, gzt, attn, gst
 
 
 @njit(cache=True, parallel=True, error_model="numpy")
 def sentences_parallel(tokens, lengths, targets, weights, Bov, Bkq, mode):
     """The per-sentence part of :func:`pass_serial` with blocks of BLOCK sentences spread over threads
-    (prange; each block writes only its own rows, so the result is bitwise the same). Returns the slots
-    (losses, lam, logits, gz, attn, gs) that :func:`reduce` sums. Called from Python only: a cached njit
-    caller of a parallel function segfaults when loaded from Numba's cache (numba issue #8578)."""
+    (prange; each block writes only its own rows, so the result is bitwise the same). Returns
+    (losses, lam, logits, gz, attn, gs) of :func:`_results`, which :func:`reduce` sums. Called from
+    Python only: a cached njit caller of a parallel function segfaults when loaded from Numba's cache
+    (numba issue #8578)."""
     N, Lmax = tokens.shape
     ws = slots(N, Lmax, Bov.shape[0])
     BovT = Bov.T.copy()
     for b in prange((N + BLOCK - 1) // BLOCK):
         _rows(b * BLOCK, min(N, (b + 1) * BLOCK), mode, tokens, lengths, targets, weights, BovT, Bkq, ws)
-    return ws[0], ws[1], ws[4], ws[5], ws[6], ws[9]
+    return _results(ws, mode)
 
 
 @njit(cache=True, error_model="numpy")
-def _pass(tokens, lengths, targets, weights, BovT, Bkq, mode, ws, GovT, Gkq):
-    """One serial pass over a weighted sentence set into the work slots ``ws`` (see :func:`slots`) and
-    the zeroed sums GovT = G_ov^T, Gkq [K, K]; returns (loss, log_scale) as :func:`reduce`."""
+def _pass(tokens, lengths, targets, weights, BovT, Bkq, mode, ws, c, GovT, Gkq):
+    """One serial pass over a weighted sentence set into the work slots ``ws`` (see :func:`slots`), with
+    c [N] for the factors c_i and the zeroed sums GovT = G_ov^T, Gkq [K, K]; returns (loss, log_scale) as
+    :func:`reduce`."""
     _rows(0, tokens.shape[0], mode, tokens, lengths, targets, weights, BovT, Bkq, ws)
-    losses, lam, _, ex, _, gz, attn, _, _, gs = ws
-    return _reduce_into(tokens, lengths, weights, mode, losses, lam, gz, attn, gs, ex, GovT, Gkq)
+    losses, lam, _, gz, attn, gs = _results(ws, mode)
+    return _reduce_into(tokens, lengths, weights, mode, losses, lam, gz, attn, gs, c, GovT, Gkq)
 
 
 @njit(cache=True, error_model="numpy")
@@ -329,14 +368,15 @@ def pass_serial(tokens, lengths, targets, weights, Bov, Bkq, mode):
     ws = slots(N, Lmax, K)
     GovT = np.zeros((K, K))
     Gkq = np.zeros((K, K))
-    loss, log_scale = _pass(tokens, lengths, targets, weights, Bov.T.copy(), Bkq, mode, ws, GovT, Gkq)
-    return loss, log_scale, ws[0], ws[4], ws[6], GovT.T.copy(), Gkq
+    loss, log_scale = _pass(tokens, lengths, targets, weights, Bov.T.copy(), Bkq, mode, ws, np.empty(N), GovT, Gkq)
+    losses, _, logits, _, attn, _ = _results(ws, mode)
+    return loss, log_scale, losses, logits, attn, GovT.T.copy(), Gkq
 
 
 @njit(cache=True, error_model="numpy")
 def _reduce_into(tokens, lengths, weights, mode, losses, lam, gz, attn, gs, c, GovT, Gkq):
-    """Serial sum of the slots in sentence order into the zeroed GovT = G_ov^T and Gkq, with c [N] as
-    scratch for the stable modes' factors c_i = e^{λ_i - Λ} (one exponential loop); returns
+    """Serial sum of the slots in sentence order into the zeroed GovT = G_ov^T and Gkq, with c [N] for the
+    factors c_i (w_i, or e^{λ_i - Λ} in one exponential loop in the stable modes); returns
     (loss, log_scale) as :func:`reduce`."""
     N = tokens.shape[0]
     loss = 0.0
@@ -384,7 +424,7 @@ def reduce(tokens, lengths, weights, mode, losses, lam, gz, attn, gs):
     when it is exactly 0).
     """
     K = gz.shape[1]
-    GovT = np.zeros((K, K))          # G_ov^T: row τ collects column τ of G_ov (unit stride)
+    GovT = np.zeros((K, K))          # G_ov^T: row τ collects column τ of G_ov
     Gkq = np.zeros((K, K))
     loss, log_scale = _reduce_into(tokens, lengths, weights, mode, losses, lam, gz, attn, gs,
                                    np.empty(tokens.shape[0]), GovT, Gkq)
@@ -438,11 +478,11 @@ def accuracy_and_mass(logits, attn, tokens, lengths, targets, xstar):
                 break
         if ok:
             correct += 1.0
-        m = 0.0
+        mass_i = 0.0
         for l in range(lengths[i]):
             if tokens[i, l] == xstar[i]:
-                m += attn[i, l]
-        mass += m
+                mass_i += attn[i, l]
+        mass += mass_i
     return correct / N, mass / N
 
 
@@ -464,13 +504,15 @@ def ngd_steps(tokens, lengths, targets, weights, E, onehot, W_ov, W_kq, train_kq
     naive, or the stable mode of that matrix). At each t it first records the current iterate W into
     W_hist[t - t0] and its metrics loss, accuracy, attn_opt (mass on ``xstar``) at index t (the caller
     forms norms and correlations from W_hist with NumPy); at t == T it only records them (forward
-    pass). E [d, K] with ``onehot`` (E = I, no basis change). Returns the step t at which G was exactly zero (W not updated, loop stopped), else -1.
+    pass). E [d, K] with ``onehot`` (E = I, no basis change). Returns the step t at which G was exactly
+    zero (W not updated, loop stopped), else -1.
     """
     N, Lmax = tokens.shape
     d, K = E.shape
     ET = E.T.copy()                          # E^T [K, d]: G → E G E^T = congruence(E^T, G)
     ws = slots(N, Lmax, K)
-    logits, attn = ws[4], ws[6]
+    c = np.empty(N)
+    _, _, logits, _, attn, _ = _results(ws, mode)
     W = W_kq if train_kq else W_ov
     BovT = np.empty((K, K))
     Bkq = W_kq if onehot else congruence(E, W_kq)
@@ -479,7 +521,7 @@ def ngd_steps(tokens, lengths, targets, weights, E, onehot, W_ov, W_kq, train_kq
     GovT = np.empty((K, K))
     Gkq = np.empty((K, K))
     G_ov = np.empty((K, K))
-    u = np.empty((d, d))
+    step = np.empty((d, d))                  # G/‖G‖_F
     for t in range(t0, t1):
         if train_kq and not onehot:
             Bkq = congruence(E, W_kq)
@@ -487,8 +529,8 @@ def ngd_steps(tokens, lengths, targets, weights, E, onehot, W_ov, W_kq, train_kq
             _transpose_into(W_ov if onehot else congruence(E, W_ov), BovT)
         GovT[:] = 0.0
         Gkq[:] = 0.0
-        m = MODE_FORWARD if t == T else mode
-        loss[t], log_scale = _pass(tokens, lengths, targets, weights, BovT, Bkq, m, ws, GovT, Gkq)
+        pass_mode = MODE_FORWARD if t == T else mode
+        loss[t], log_scale = _pass(tokens, lengths, targets, weights, BovT, Bkq, pass_mode, ws, c, GovT, Gkq)
         W_hist[t - t0] = W
         accuracy[t], attn_opt[t] = accuracy_and_mass(logits, attn, tokens, lengths, targets, xstar)
         if t == T:
@@ -500,9 +542,9 @@ def ngd_steps(tokens, lengths, targets, weights, E, onehot, W_ov, W_kq, train_kq
             G = G_ov
         if not onehot:
             G = congruence(ET, G)
-        if _unit_into(G, log_scale, u) == -np.inf:
+        if _unit_into(G, log_scale, step) == -np.inf:
             return t
         for r in range(d):
-            for c in range(d):
-                W[r, c] = W[r, c] - eta * u[r, c]
+            for col in range(d):
+                W[r, col] = W[r, col] - eta * step[r, col]
     return -1

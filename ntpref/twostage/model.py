@@ -9,17 +9,16 @@ Per sentence X = [e_τ1 .. e_τL] (query x_L = e_q, target y):
     a = X^T W_ov^T E g_z,  g_s = φ ⊙ (a - (φ·a) 1),  ∂ℓ/∂W_kq = X g_s x_L^T           (§3)
     L0(W_ov) = Σ_{x∈C} w_x ℓ([x], n(x)),  w_x = 1/|C| or weights normalised over C
 
-Backends: ``"numba"`` (token-space kernels in :mod:`.kernels`, one-hot fast path when E = I) and
-``"numpy"`` (vectorised, in the X-form above). Both are numerically stable for any finite input
-(log-sum-exp everywhere, margins r_v = z_v - z_y instead of p_y - 1).
+Data: a :class:`Prepared` weighted sentence set, validated once. :func:`prepare` gives the Eq. 1 set of a
+Dataset (weights 1/N); :func:`prepare_collocations` the collocation set D0 = {([x], n(x)) : x ∈ C} of L0
+(weights w_x), so that ``loss_and_grad(prepare_collocations(E, succ), W_ov, None)`` is (L0, ∇L0, 0).
+:func:`forward`, :func:`loss_and_grad`, :func:`step` and :func:`direction` take a Prepared set (what a
+training loop passes every step) or a Dataset (prepared on each call) and W_ov, W_kq [d, d]; W_kq may be
+None for a set of one-token sentences (Lmax = 1, such as D0), whose attention is 1 whatever W_kq.
 
-Fast path for training loops (validated once, then called per step without re-validation):
-    prep = _prepared(ds)                                 # Eq. 1 sentence set, weights 1/N
-    prep0 = _prepared_collocation(E, succ, C, weights)   # D0 = {([x], n(x)) : x ∈ C}, weights w_x
-    _forward(prep, W_ov, W_kq, backend) -> Forward
-    _loss_and_grad(prep, W_ov, W_kq, backend) -> (loss, grad_W_ov, grad_W_kq)
-    _direction(prep, W_ov, W_kq, wrt, method, backend) -> (Direction, loss)
-with W_ov, W_kq C-contiguous float64 [d, d] (W_kq may be None for a one-token set such as D0).
+Backends (keyword ``backend`` of every call): ``"numba"`` (token-space kernels in :mod:`.kernels`, one-hot
+fast path when E = I) and ``"numpy"`` (vectorised, in the X-form above). Both are numerically stable for
+any finite input (log-sum-exp everywhere, margins r_v = z_v - z_y instead of p_y - 1).
 """
 from __future__ import annotations
 
@@ -30,21 +29,35 @@ import numpy as np
 from ..checks import as_float, as_int, as_scalar, check_backend
 from ..errors import InputError
 from . import kernels
-from .data import Dataset, collocation_set
+from .dataset import Dataset, check_dataset, collocation_set
 
 METHODS = ("stable", "naive")
+"""How a direction G/‖G‖_F is computed: "stable" (in log scale, docs/twostage.md §4) or "naive" (from the
+float64 gradient)."""
+WRT = ("kq", "ov")
+"""The matrix whose gradient a direction normalises: "kq" (W_kq, stage 2) or "ov" (W_ov, stage 1)."""
 PARALLEL_MIN_WORK = 1 << 20
 """The Numba backend runs the sentences in parallel (prange) only when N * Lmax * K reaches this;
 below it thread start-up costs more than the work (results are bitwise the same either way)."""
 
 
 class Forward(NamedTuple):
-    """loss (Eq. 1), losses [N] (ℓ_i), logits [N, K] (z), attn [N, Lmax] (φ, 0 on padding)."""
+    """loss (Eq. 1; the weighted loss of a Prepared set), losses [N] (ℓ_i), logits [N, K] (z),
+    attn [N, Lmax] (φ, 0 on padding)."""
 
     loss: float
     losses: np.ndarray
     logits: np.ndarray
     attn: np.ndarray
+
+
+class LossAndGrad(NamedTuple):
+    """loss (Eq. 1; the weighted loss of a Prepared set), grad_W_ov [d, d] and grad_W_kq [d, d] (the
+    closed forms of docs/twostage.md §3)."""
+
+    loss: float
+    grad_W_ov: np.ndarray
+    grad_W_kq: np.ndarray
 
 
 class Direction(NamedTuple):
@@ -54,14 +67,24 @@ class Direction(NamedTuple):
     log_norm: float
 
 
-class Prepared(NamedTuple):
-    """Validated, kernel-ready weighted sentence set (internal fast path; see the module docstring).
+class Step(NamedTuple):
+    """The pass of one normalized-GD step (docs/twostage.md §4) at the current iterate: loss, logits [N, K],
+    attn [N, Lmax] as in :class:`Forward`, and the :class:`Direction` of the trained matrix's gradient."""
 
-    Every array is a private writable C-contiguous copy, so each Numba kernel compiles one signature
-    (Numba types read-only arrays, such as a Dataset's, separately).
+    loss: float
+    logits: np.ndarray
+    attn: np.ndarray
+    direction: Direction
+
+
+class Prepared(NamedTuple):
+    """A validated weighted sentence set, built by :func:`prepare` (Eq. 1) or :func:`prepare_collocations` (L0).
 
     tokens [N, Lmax] int64 (-1 padding), lengths [N], targets [N] int64; weights [N] float64 summing
-    to 1; E [d, K] float64; onehot: E is the identity (the Numba backend then skips the basis change).
+    to 1 (the loss is Σ_i w_i ℓ_i); E [d, K] float64; onehot: E is the identity (the Numba backend then
+    skips the basis change). Every array is a private writable C-contiguous copy, so each Numba kernel
+    compiles one signature (Numba types read-only arrays, such as a Dataset's, separately). Built by hand it
+    is not validated.
     """
 
     tokens: np.ndarray
@@ -82,30 +105,39 @@ class Prepared(NamedTuple):
 
 # ---- validation and preparation -------------------------------------------------------------------
 
-def _check_dataset(ds) -> Dataset:
-    if not isinstance(ds, Dataset):
-        raise InputError(f"ds: expected a ntpref.twostage.data.Dataset, got {type(ds).__name__}")
-    return ds
-
-
-def _check_method(method) -> str:
+def check_method(method, what: str = "method") -> str:
+    """``method`` if it is one of :data:`METHODS`, else InputError "<what> must be one of stable, naive, ..."."""
     if method not in METHODS:
-        raise InputError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
+        raise InputError(f"{what} must be one of {', '.join(METHODS)}, got {method!r}")
     return method
 
 
-def _prepared(ds: Dataset) -> Prepared:
-    """The Eq. 1 sentence set of ``ds`` (uniform weights 1/N)."""
-    ds = _check_dataset(ds)
+def kernel_mode(wrt: str, method: str) -> int:
+    """The kernels' pass mode (:mod:`.kernels` MODE_*) that gives the gradient of W_wrt (wrt in :data:`WRT`)
+    for a direction by ``method`` (:data:`METHODS`): MODE_GRAD for "naive", the log-scale mode of that
+    matrix for "stable". InputError for an unknown wrt or method."""
+    check_method(method)
+    if wrt not in WRT:
+        raise InputError(f"wrt must be one of {', '.join(WRT)}, got {wrt!r}")
+    if method == "naive":
+        return kernels.MODE_GRAD
+    return kernels.MODE_KQ_STABLE if wrt == "kq" else kernels.MODE_OV_STABLE
+
+
+def prepare(ds: Dataset) -> Prepared:
+    """The Eq. 1 sentence set of the Dataset ``ds``: its sentences with uniform weights 1/N."""
+    ds = check_dataset(ds)
     return Prepared(ds.tokens.copy(), ds.lengths.copy(), ds.targets.copy(), np.full(ds.N, 1.0 / ds.N),
                     ds.E.copy(), ds.onehot)
 
 
-def _prepared_collocation(E, succ, C=None, weights=None) -> Prepared:
-    """D0 = {([x], n(x)) : x ∈ C} with weights w_x (uniform, or ``weights`` [K] normalised over C).
+def prepare_collocations(E, succ, C=None, weights=None) -> Prepared:
+    """The collocation set D0 = {([x], n(x)) : x ∈ C} of L0 (docs/twostage.md §2) with weights w_x: uniform
+    1/|C|, or ``weights`` [K] (e.g. token frequencies) normalised to sum 1 over C.
 
-    E [d, K]; succ [K] in -1..K-1 (-1 = no successor); C: token ids (default: every x with succ >= 0),
-    each with a successor, no repeats; weights [K] finite, >= 0, with a positive sum over C.
+    E [d, K]; succ [K] in -1..K-1 (n, -1 = no successor); C: token ids (default: every x with succ >= 0),
+    each with a successor, no repeats; weights [K] finite, >= 0, with a positive sum over C. The sentences
+    are in the order of C. With it, L0 = loss_and_grad(D0, W_ov, None).loss and ∇L0 its grad_W_ov.
     """
     E = as_float("E", E, (None, None))
     K = E.shape[1]
@@ -126,9 +158,35 @@ def _prepared_collocation(E, succ, C=None, weights=None) -> Prepared:
     return Prepared(d0.tokens.copy(), d0.lengths.copy(), d0.targets.copy(), w, d0.E.copy(), d0.onehot)
 
 
+def _prepared_of(data) -> Prepared:
+    """``data`` as a Prepared set: itself, or the Eq. 1 set of a Dataset."""
+    if isinstance(data, Prepared):
+        return data
+    if isinstance(data, Dataset):
+        return prepare(data)
+    raise InputError(f"data: expected a ntpref.twostage.Dataset or Prepared, got {type(data).__name__}")
+
+
 def _weight(name: str, W, d: int) -> np.ndarray:
+    """W as a writable C-contiguous float64 [d, d] array, validated by checks.as_float; an array that is one
+    already (what a training loop passes every step) is only checked to be finite."""
+    if (type(W) is np.ndarray and W.dtype == np.float64 and W.shape == (d, d) and W.flags.c_contiguous
+            and W.flags.writeable and np.isfinite(W).all()):
+        return W
     W = as_float(name, W, (d, d))
     return W if W.flags.writeable else W.copy()
+
+
+def _matrices(prep: Prepared, W_ov, W_kq):
+    """W_ov, W_kq validated as [d, d] (W_kq None only for one-token sentences)."""
+    W_ov = _weight("W_ov", W_ov, prep.d)
+    if W_kq is None:
+        Lmax = prep.tokens.shape[1]
+        if Lmax != 1:
+            raise InputError(f"array 'W_kq': None is allowed only for one-token sentences (Lmax = 1), "
+                             f"got Lmax = {Lmax}")
+        return W_ov, None
+    return W_ov, _weight("W_kq", W_kq, prep.d)
 
 
 # ---- NumPy backend (reads like the equations of docs/twostage.md) ---------------------------------------
@@ -229,13 +287,15 @@ def _np_run(prep: Prepared, W_ov, W_kq, mode: int):
 
 # ---- dispatch ---------------------------------------------------------------------------------------
 
-def _parallel(prep: Prepared) -> bool:
+def runs_parallel(prep: Prepared) -> bool:
+    """Whether the Numba backend runs the sentences of ``prep`` in parallel (N * Lmax * K reaches
+    :data:`PARALLEL_MIN_WORK`); a smaller set runs in one serial pass (results bitwise the same)."""
     return prep.tokens.size * prep.K >= PARALLEL_MIN_WORK
 
 
 def _numba_pass(prep: Prepared, Bov, Bkq, mode: int):
     """kernels pass in token space: (loss, log_scale, losses, logits, attn, G_ov [K, K], G_kq [K, K])."""
-    if not _parallel(prep):
+    if not runs_parallel(prep):
         return kernels.pass_serial(prep.tokens, prep.lengths, prep.targets, prep.weights, Bov, Bkq, mode)
     losses, lam, logits, gz, attn, gs = kernels.sentences_parallel(prep.tokens, prep.lengths, prep.targets,
                                                                    prep.weights, Bov, Bkq, mode)
@@ -261,8 +321,10 @@ def _run(prep: Prepared, W_ov, W_kq, mode: int, backend: str):
     return loss, log_scale, losses, logits, attn, G_ov, G_kq
 
 
-def _unit(G: np.ndarray, log_scale: float, backend: str) -> Direction:
-    """Direction of exp(log_scale) * G: G/‖G‖_F and log_scale + log ‖G‖_F (norm formed from G/max|G|)."""
+def unit_direction(G: np.ndarray, log_scale: float = 0.0, *, backend: str = "numba") -> Direction:
+    """Direction of the matrix exp(log_scale) * G [d, d] (C-contiguous float64): G/‖G‖_F and
+    log_scale + log ‖G‖_F, the norm formed from G/max|G| (no overflow); Direction(None, -inf) when G = 0
+    or log_scale = -inf."""
     if backend == "numba":
         u, log_norm = kernels.unit(G, log_scale)
         return Direction(None, -np.inf) if log_norm == -np.inf else Direction(u, log_norm)
@@ -273,68 +335,48 @@ def _unit(G: np.ndarray, log_scale: float, backend: str) -> Direction:
     return Direction(G / (amax * nrm), log_scale + float(np.log(amax)) + float(np.log(nrm)))
 
 
-def _forward(prep: Prepared, W_ov, W_kq, backend: str) -> Forward:
-    loss, _, losses, logits, attn, _, _ = _run(prep, W_ov, W_kq, kernels.MODE_FORWARD, backend)
+# ---- public API -------------------------------------------------------------------------------------
+
+def forward(data: Dataset | Prepared, W_ov, W_kq, *, backend: str = "numba") -> Forward:
+    """Forward pass and Eq. 1 loss (docs/twostage.md §2) of W_ov, W_kq [d, d] on ``data`` (a Dataset, or a
+    Prepared set whose loss is Σ_i w_i ℓ_i): :class:`Forward` (loss, losses [N], logits [N, K], attn [N, Lmax])."""
+    backend = check_backend(backend)
+    prep = _prepared_of(data)
+    loss, _, losses, logits, attn, _, _ = _run(prep, *_matrices(prep, W_ov, W_kq), kernels.MODE_FORWARD, backend)
     return Forward(float(loss), losses, logits, attn)
 
 
-def _loss_and_grad(prep: Prepared, W_ov, W_kq, backend: str):
-    loss, _, _, _, _, G_ov, G_kq = _run(prep, W_ov, W_kq, kernels.MODE_GRAD, backend)
-    return float(loss), G_ov, G_kq
-
-
-def _direction(prep: Prepared, W_ov, W_kq, wrt: str, method: str, backend: str):
-    """(Direction of ∇_{W_wrt} of the weighted loss, loss); wrt "kq" | "ov", method "stable" | "naive"."""
-    if method == "naive":
-        loss, G_ov, G_kq = _loss_and_grad(prep, W_ov, W_kq, backend)
-        return _unit(G_kq if wrt == "kq" else G_ov, 0.0, backend), loss
-    mode = kernels.MODE_KQ_STABLE if wrt == "kq" else kernels.MODE_OV_STABLE
-    loss, log_scale, _, _, _, G_ov, G_kq = _run(prep, W_ov, W_kq, mode, backend)
-    return _unit(G_kq if wrt == "kq" else G_ov, log_scale, backend), float(loss)
-
-
-# ---- public API -------------------------------------------------------------------------------------
-
-def forward(ds: Dataset, W_ov, W_kq, backend: str = "numba") -> Forward:
-    """Forward pass and Eq. 1 loss. W_ov, W_kq [d, d] array-likes."""
+def loss_and_grad(data: Dataset | Prepared, W_ov, W_kq, *, backend: str = "numba") -> LossAndGrad:
+    """Eq. 1 loss and its closed-form gradients (docs/twostage.md §3) of W_ov, W_kq [d, d] on ``data``:
+    :class:`LossAndGrad` (loss, grad_W_ov [d, d], grad_W_kq [d, d]). On prepare_collocations(E, succ, ...)
+    with W_kq None it is (L0, ∇L0, 0)."""
     backend = check_backend(backend)
-    prep = _prepared(ds)
-    return _forward(prep, _weight("W_ov", W_ov, prep.d), _weight("W_kq", W_kq, prep.d), backend)
+    prep = _prepared_of(data)
+    loss, _, _, _, _, G_ov, G_kq = _run(prep, *_matrices(prep, W_ov, W_kq), kernels.MODE_GRAD, backend)
+    return LossAndGrad(float(loss), G_ov, G_kq)
 
 
-def loss_and_grad(ds: Dataset, W_ov, W_kq, backend: str = "numba"):
-    """(loss, grad_W_ov [d, d], grad_W_kq [d, d]) of Eq. 1, closed-form gradients of docs/twostage.md §3."""
-    backend = check_backend(backend)
-    prep = _prepared(ds)
-    return _loss_and_grad(prep, _weight("W_ov", W_ov, prep.d), _weight("W_kq", W_kq, prep.d), backend)
+def step(data: Dataset | Prepared, W_ov, W_kq, *, wrt: str, method: str = "stable",
+         backend: str = "numba") -> Step:
+    """The pass of one normalized-GD step (docs/twostage.md §4) on ``data`` at W_ov, W_kq [d, d]:
+    :class:`Step` (loss, logits [N, K], attn [N, Lmax], Direction of G = ∇_{W_wrt} L).
+
+    wrt "kq" (stage 2, on the sentences) or "ov" (stage 1, on prepare_collocations(...): G = ∇L0).
+    method "naive": G/‖G‖_F from the float64 gradient of :func:`loss_and_grad`; "stable": computed in log
+    scale (docs/twostage.md §4, kernels docstring), equal to the naive one where that is accurate and still
+    accurate when p_y - 1 or the attention gradient underflow or cancel. The update is W_wrt ← W_wrt − η unit.
+    """
+    backend, mode = check_backend(backend), kernel_mode(wrt, method)
+    prep = _prepared_of(data)
+    loss, log_scale, _, logits, attn, G_ov, G_kq = _run(prep, *_matrices(prep, W_ov, W_kq), mode, backend)
+    return Step(float(loss), logits, attn, unit_direction(G_kq if wrt == "kq" else G_ov, log_scale, backend=backend))
 
 
-def collocation_loss_and_grad(E, succ, W_ov, C=None, weights=None, backend: str = "numba"):
-    """(L0, ∇L0 [d, d]) with L0 = Σ_{x∈C} w_x (-log softmax(E^T W_ov e_x)_{n(x)}),
-    ∇L0 = Σ_x w_x E (p_x - e_{n(x)}) e_x^T. C defaults to the tokens with succ >= 0; w_x = 1/|C|, or
-    ``weights`` [K] (e.g. token frequencies) normalised to sum 1 over C."""
-    backend = check_backend(backend)
-    prep = _prepared_collocation(E, succ, C, weights)
-    loss, G_ov, _ = _loss_and_grad(prep, _weight("W_ov", W_ov, prep.d), None, backend)
-    return loss, G_ov
-
-
-def kq_direction(ds: Dataset, W_ov, W_kq, method: str = "stable", backend: str = "numba") -> Direction:
-    """Normalized-GD direction of stage 2: G/‖G‖_F with G = ∇_{W_kq} L (Eq. 1).
-
-    "naive": from the float64 gradient of :func:`loss_and_grad`; "stable": computed in log scale
-    (docs/twostage.md §4, kernels docstring), equal to the naive one where that is accurate and still accurate
-    when p_y - 1 or the attention gradient underflow or cancel."""
-    backend, method = check_backend(backend), _check_method(method)
-    prep = _prepared(ds)
-    return _direction(prep, _weight("W_ov", W_ov, prep.d), _weight("W_kq", W_kq, prep.d), "kq", method, backend)[0]
-
-
-def ov_direction(E, succ, W_ov, C=None, weights=None, method: str = "stable", backend: str = "numba") -> Direction:
-    """Normalized-GD direction of stage 1: G/‖G‖_F with G = ∇L0(W_ov) (see collocation_loss_and_grad)."""
-    backend, method = check_backend(backend), _check_method(method)
-    prep = _prepared_collocation(E, succ, C, weights)
-    return _direction(prep, _weight("W_ov", W_ov, prep.d), None, "ov", method, backend)[0]
+def direction(data: Dataset | Prepared, W_ov, W_kq, *, wrt: str, method: str = "stable",
+              backend: str = "numba") -> Direction:
+    """Normalized-GD direction G/‖G‖_F of G = ∇_{W_wrt} L on ``data`` (W_ov, W_kq [d, d]): the direction of
+    :func:`step` (wrt "kq" | "ov", method "stable" | "naive")."""
+    return step(data, W_ov, W_kq, wrt=wrt, method=method, backend=backend).direction
 
 
 def _ideal_ff_tokens(succ: np.ndarray, lam: float) -> np.ndarray:
@@ -353,15 +395,14 @@ def _ideal_ff_tokens(succ: np.ndarray, lam: float) -> np.ndarray:
     return (lam / norm_star) * M
 
 
-def ideal_ff_loss(ds: Dataset, W_kq, lam, backend: str = "numba") -> float:
+def ideal_ff_loss(ds: Dataset, W_kq, lam, *, backend: str = "numba") -> float:
     """Eq. 1 with the ideal feed-forward: z_v = λ' (ψ_v - ψ_C/K), ψ_v = attention mass on tokens whose
     successor is v, ψ_C = mass on tokens with a successor (= 1 when C = V, giving docs/twostage.md's
     λ'(ψ_v - 1/K)), λ' = λ/‖W_ov*‖ with ‖W_ov*‖² = |C|(K-1)/K. Equals Eq. 1 with W_ov = λ W_ov*/‖W_ov*‖
     for orthonormal E; for other E it is this closed form by definition. Needs ds.succ."""
     backend = check_backend(backend)
-    prep = _prepared(ds)
-    if ds.succ is None:
-        raise InputError("ideal_ff_loss: the dataset has no collocation map 'succ'")
+    prep = prepare(ds)
+    ds.require_succ("ideal_ff_loss")
     lam = as_scalar("lam", lam, "float", low=0.0)
     W_kq = _weight("W_kq", W_kq, prep.d)
     B = _ideal_ff_tokens(ds.succ, lam)

@@ -23,7 +23,8 @@ import numpy as np
 
 from ..checks import as_float, as_int
 from ..errors import InfeasibleError, InputError
-from .data import Dataset, check_realizable, collocation_set, observed_relations
+from .dataset import Dataset, collocation_set
+from .orders import check_realizable, observed_relations
 from .least_norm import Certificate, SolverError, certify, solve_ldp
 
 ORTHONORMAL_TOL = 1e-12  # max |E^T E - I| below which the orthonormal (closed-form / per-column) path is exact

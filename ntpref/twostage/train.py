@@ -23,10 +23,10 @@ from ..checks import as_float, as_int, as_scalar, check_backend
 from ..errors import InputError
 from ..progress import silent
 from . import kernels, model
-from .data import Dataset, optimal_tokens
+from .dataset import Dataset, check_dataset, collocation_set
+from .orders import optimal_token_sentences, optimal_tokens
 from .svm import W_kq_star, W_ov_star, rho
 
-DIRECTIONS = ("stable", "naive")
 STAGE1_METRICS = ("loss", "norm", "corr")
 STAGE2_METRICS = ("loss", "norm", "corr", "excess", "accuracy", "attn_opt")
 
@@ -42,7 +42,7 @@ class Stop:
 
 @dataclass(frozen=True, eq=False)
 class TwoStageResult:
-    """Output of :func:`two_stage`.
+    """Output of :func:`train`.
 
     W_ov       [d, d]  the feed-forward matrix used (frozen) in stage 2: the stage-1 result, or λ·W̄_ov* under
                        ``ideal_ff``
@@ -82,11 +82,10 @@ class TwoStageResult:
 def with_collocations(ds: Dataset, C=None) -> Dataset:
     """D ∪ D0: the sentences of ``ds`` followed by the one-token sentences ([x], n(x)) for x in C
     (C default: every token with a successor, succ[x] ≥ 0)."""
-    if ds.succ is None:
-        raise InputError("with_collocations: the dataset has no collocation map 'succ'")
-    D0 = model._prepared_collocation(ds.E, ds.succ, C)
-    sentences = [ds.sentence(i).tolist() for i in range(ds.N)] + D0.tokens.tolist()
-    return Dataset.from_sentences(sentences, np.concatenate([ds.targets, D0.targets]), E=ds.E, succ=ds.succ)
+    succ = ds.require_succ("with_collocations")
+    C = collocation_set(succ, C)
+    sentences = [ds.sentence(i).tolist() for i in range(ds.N)] + [[x] for x in C.tolist()]
+    return Dataset.from_sentences(sentences, np.concatenate([ds.targets, succ[C]]), E=ds.E, succ=succ)
 
 
 def token_frequency(ds: Dataset) -> np.ndarray:
@@ -94,13 +93,11 @@ def token_frequency(ds: Dataset) -> np.ndarray:
     return np.bincount(ds.tokens[ds.tokens >= 0], minlength=ds.K).astype(np.float64)
 
 
-def loss_floor(ds: Dataset, W_ov, xstar=None, backend: str = "numba") -> float:
-    """L* = mean_i −log softmax(E^T W_ov e_{x*_i})_{y_i}: Eq. 1 with attention fully on the optimal token
-    (the sentence reduced to its optimal token x*, i.e. a one-token sentence [x*] with the same target)."""
-    xstar = optimal_tokens(ds) if xstar is None else xstar
-    single = Dataset(xstar[:, None], np.ones(ds.N, dtype=np.int64), ds.targets, ds.E)
-    return model._forward(model._prepared(single), as_float("W_ov", W_ov, (ds.d, ds.d)), None,
-                          check_backend(backend)).loss
+def loss_floor(ds: Dataset, W_ov, xstar=None, *, backend: str = "numba") -> float:
+    """L* = mean_i −log softmax(E^T W_ov e_{x*_i})_{y_i} (docs/twostage.md §6): Eq. 1 with attention fully on
+    the optimal token (each sentence reduced to the one-token sentence [x*] with the same target). W_ov [d, d];
+    xstar [N]: the optimal tokens when already known."""
+    return model.forward(optimal_token_sentences(ds, xstar), W_ov, None, backend=backend).loss
 
 
 def prediction_metrics(ds: Dataset, logits: np.ndarray, attn: np.ndarray, xstar: np.ndarray) -> tuple[float, float]:
@@ -134,12 +131,13 @@ def _pad(arrays: dict, t: int) -> None:
 
 # ---- Algorithm 1 --------------------------------------------------------------------------------
 
-def two_stage(ds: Dataset, *, eta0: float | None = None, eta: float | None = None, T0: int = 1000, T: int = 10000,
-              direction: str = "stable", W_ov0=None, W_kq0=None, init: str = "zeros", sigma: float = 0.1,
-              seed: int = 0, C=None, l0_weights=None, ideal_ff: bool | float = False, include_D0: bool = False,
-              snapshots: Sequence[int] = (), backend: str = "numba",
-              progress: Callable[[str, int, int], None] = silent) -> TwoStageResult:
-    """Run Algorithm 1 (docs/twostage.md §4) on a realizable dataset with a collocation map ``ds.succ``.
+def train(ds: Dataset, *, eta0: float | None = None, eta: float | None = None, T0: int = 1000, T: int = 10000,
+          direction: str = "stable", W_ov0=None, W_kq0=None, init: str = "zeros", sigma: float = 0.1,
+          seed: int = 0, C=None, l0_weights=None, ideal_ff: bool | float = False, include_D0: bool = False,
+          snapshots: Sequence[int] = (), backend: str = "numba",
+          progress: Callable[[str, int, int], None] = silent) -> TwoStageResult:
+    """Run Algorithm 1 (docs/twostage.md §4) on a realizable dataset with a collocation map ``ds.succ``:
+    W_ov, W_kq [d, d] and their metrics in a :class:`TwoStageResult`.
 
     eta0, eta    step sizes; default the paper's 0.2/√d and 0.05/√d
     T0, T        number of updates of stage 1 and stage 2
@@ -165,13 +163,11 @@ def two_stage(ds: Dataset, *, eta0: float | None = None, eta: float | None = Non
     progress     callable progress(label, done, total), labels "stage 1" and "stage 2"
     """
     check_backend(backend)
-    model._check_dataset(ds)
-    if direction not in DIRECTIONS:
-        raise InputError(f"option 'direction' must be one of {', '.join(DIRECTIONS)}, got {direction!r}")
+    check_dataset(ds)
+    model.check_method(direction, "option 'direction'")
     if init not in ("zeros", "gaussian"):
         raise InputError(f"option 'init' must be \"zeros\" or \"gaussian\", got {init!r}")
-    if ds.succ is None:
-        raise InputError("two_stage: the dataset has no collocation map 'succ' (stage 1 trains on it)")
+    ds.require_succ("train")
     d = ds.d
     eta0 = 0.2 / np.sqrt(d) if eta0 is None else as_scalar("eta0", eta0, low=0, low_open=True)
     eta = 0.05 / np.sqrt(d) if eta is None else as_scalar("eta", eta, low=0, low_open=True)
@@ -179,7 +175,7 @@ def two_stage(ds: Dataset, *, eta0: float | None = None, eta: float | None = Non
     T = as_scalar("T", T, kind="int", low=0)
     sigma = as_scalar("sigma", sigma, low=0)
     snapshots = set(as_int("snapshots", np.asarray(list(snapshots), dtype=np.int64), (None,), low=0, high=T).tolist())
-    prep0 = model._prepared_collocation(ds.E, ds.succ, C, _weights(ds, l0_weights))
+    prep0 = model.prepare_collocations(ds.E, ds.succ, C, _weights(ds, l0_weights))
     C = prep0.tokens[:, 0]
     rng = np.random.default_rng(seed)
     W_ov = _init((d, d), W_ov0, "W_ov0", init, sigma, rng)
@@ -199,8 +195,8 @@ def two_stage(ds: Dataset, *, eta0: float | None = None, eta: float | None = Non
         W_ov = lam / np.linalg.norm(W_ov_s) * W_ov_s
     ds2 = with_collocations(ds, C) if include_D0 else ds
     xstar = optimal_tokens(ds2)
-    floor = loss_floor(ds2, W_ov, xstar, backend)
-    W_kq, stage2, stop2, snaps = _ngd(model._prepared(ds2), W_ov, W_kq, True, W_kq_s, xstar, eta, T, direction,
+    floor = loss_floor(ds2, W_ov, xstar, backend=backend)
+    W_kq, stage2, stop2, snaps = _ngd(model.prepare(ds2), W_ov, W_kq, True, W_kq_s, xstar, eta, T, direction,
                                       snapshots, backend, "stage 2", progress)
     stage2["excess"] = stage2["loss"] - floor
     stage2 = {k: stage2[k] for k in STAGE2_METRICS}
@@ -210,9 +206,6 @@ def two_stage(ds: Dataset, *, eta0: float | None = None, eta: float | None = Non
                           snapshots=snaps)
 
 
-# the pass of each stage's step: it gives the loss, logits, attention and the gradient of the trained matrix
-_MODE = {("stable", True): kernels.MODE_KQ_STABLE, ("stable", False): kernels.MODE_OV_STABLE,
-         ("naive", True): kernels.MODE_GRAD, ("naive", False): kernels.MODE_GRAD}
 CHUNK = 500
 """Steps per compiled call of the Numba training loop; progress is reported between chunks."""
 
@@ -224,16 +217,17 @@ def _ngd(prep, W_ov, W_kq, train_kq, W_star, xstar, eta, T, method, snapshots, b
     on ``xstar``) and the snapshots {t: W after t updates} for t in ``snapshots``.
 
     Numba backend: the steps run in compiled code (kernels.ngd_steps), in chunks of CHUNK steps and
-    split at the snapshot steps. When the set is large enough for the parallel pass (model._parallel),
-    and for the NumPy backend, one model pass per step from Python instead.
+    split at the snapshot steps. When the set is large enough for the parallel pass (model.runs_parallel),
+    and for the NumPy backend, one model.step per step from Python instead.
     """
     keys = ("loss", "norm", "corr", "accuracy", "attn_opt")
     m = {k: np.empty(T + 1) for k in keys}
     stop = Stop("max_steps", T)
     snaps = {}
-    mode = _MODE[method, train_kq]
+    wrt = "kq" if train_kq else "ov"
+    mode = model.kernel_mode(wrt, method)
     W_star, xstar = np.ascontiguousarray(W_star, dtype=np.float64), np.ascontiguousarray(xstar, dtype=np.int64)
-    if backend == "numba" and not model._parallel(prep):
+    if backend == "numba" and not model.runs_parallel(prep):
         W_ov, W_kq = W_ov.copy(), W_kq.copy()            # trained in place
         W = W_kq if train_kq else W_ov
         bounds = sorted(set(range(0, T + 1, CHUNK)) | set(snapshots) | {T + 1})
@@ -261,18 +255,18 @@ def _ngd(prep, W_ov, W_kq, train_kq, W_star, xstar, eta, T, method, snapshots, b
         return W, m, stop, snaps
     for t in range(T + 1):
         W = W_kq if train_kq else W_ov
-        loss, log_scale, _, logits, attn, G_ov, G_kq = model._run(prep, W_ov, W_kq, kernels.MODE_FORWARD if t == T
-                                                                  else mode, backend)
-        m["loss"][t] = loss
+        out = model.forward(prep, W_ov, W_kq, backend=backend) if t == T else \
+            model.step(prep, W_ov, W_kq, wrt=wrt, method=method, backend=backend)
+        m["loss"][t] = out.loss
         m["norm"][t] = np.linalg.norm(W)
         m["corr"][t] = rho(W, W_star)
-        m["accuracy"][t], m["attn_opt"][t] = kernels.accuracy_and_mass(logits, attn, prep.tokens, prep.lengths,
-                                                                       prep.targets, xstar)
+        m["accuracy"][t], m["attn_opt"][t] = kernels.accuracy_and_mass(out.logits, out.attn, prep.tokens,
+                                                                       prep.lengths, prep.targets, xstar)
         if t in snapshots:
             snaps[t] = W
         if t == T:
             break
-        unit = model._unit(G_kq if train_kq else G_ov, log_scale, backend).unit
+        unit = out.direction.unit
         if unit is None:
             stop = Stop("zero_gradient", t)
             _pad(m, t)

@@ -1,0 +1,111 @@
+"""What the two models of paper (2), the shallow transformer (:mod:`ntpref.shallow.model`) and the IndRNN
+(:mod:`ntpref.shallow.indrnn`), share: the samples X [n, T, d] and targets y [n], the loss convention, and
+the evaluation of a model's two backends (:func:`forward`, :func:`loss_and_grad`).
+
+Loss convention (κ ∈ {1, 2}, docs/shallow.md §2): with outputs f [n] and residuals r_j = f_j − y_j,
+
+  loss = (κ / 2n) Σ_j r_j²       κ = 2: the paper's mean squared error (1/n) Σ r²;  κ = 1: half of it,
+
+so that ∂loss/∂f_j = g_j = κ r_j / n exactly, and every gradient a model returns is the exact gradient of
+the loss returned with it.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import NamedTuple
+
+import numpy as np
+
+from ..checks import as_float, as_scalar, check_backend, require_finite
+from ..errors import InputError
+
+
+def check_X(X, name: str = "X", d: int | None = None) -> np.ndarray:
+    """X as float64 [n, T, d] with n, T, d ≥ 1 and finite entries (InputError naming ``name``); tokens of
+    dimension ``d`` when given (that of the samples X it goes with)."""
+    X = as_float(name, X, (None, None, None))
+    if 0 in X.shape:
+        raise InputError(f"array '{name}': expected shape [n, T, d] with n, T, d >= 1, got {list(X.shape)}")
+    if d is not None and X.shape[2] != d:
+        raise InputError(f"array '{name}': token dimension {X.shape[2]} differs from X's d = {d}")
+    return X
+
+
+def check_samples(X, y=None) -> tuple[np.ndarray, np.ndarray | None]:
+    """(X [n, T, d], y [n] or None) as float64, finite (:func:`check_X`)."""
+    X = check_X(X)
+    return X, None if y is None else as_float("y", y, (X.shape[0],))
+
+
+def check_kappa(kappa) -> float:
+    """κ ∈ {1, 2} (the loss scale of the module docstring)."""
+    kappa = as_scalar("kappa", kappa)
+    if kappa not in (1.0, 2.0):
+        raise InputError(f"array 'kappa': must be 1 or 2, got {kappa}")
+    return kappa
+
+
+def loss_from_outputs(f: np.ndarray, y: np.ndarray, kappa: float) -> float:
+    """loss = (κ / 2n) Σ_j (f_j − y_j)² for outputs f [n] and targets y [n] (no validation; +inf when the
+    residuals overflow, e.g. in a diverging run)."""
+    r = f - y
+    with np.errstate(over="ignore"):
+        return float(kappa / (2.0 * r.shape[0]) * np.sum(r * r))
+
+
+class Forward(NamedTuple):
+    """The result of a model's ``forward``: loss = (κ/2n) Σ_j (f_j − y_j)² (None when the prepared data
+    has no targets y) and the outputs f [n]."""
+    loss: float | None
+    f: np.ndarray
+
+
+class ModelFunctions(NamedTuple):
+    """A model's pieces for :func:`forward` and :func:`loss_and_grad`.
+
+    prepare_name: the name of the model's ``prepare`` (for errors); Batch: its prepared-data type (fields X
+    and y among others); check_params(*params, d=): the parameters validated as float64 for tokens of
+    dimension d (the model's ``Params``); outputs(data, params, backend): f [n];
+    gradients(data, params, kappa, backend): (f [n], the gradients in parameter order); LossAndGrad:
+    the model's result (loss, grad_..., f)."""
+    prepare_name: str
+    Batch: type
+    check_params: Callable
+    outputs: Callable
+    gradients: Callable
+    LossAndGrad: type
+
+
+def check_data(model: ModelFunctions, data) -> None:
+    """InputError unless ``data`` is the model's prepared data."""
+    if not isinstance(data, model.Batch):
+        raise InputError(f"data: expected the prepared data of {model.prepare_name}(X, y), got "
+                         f"{type(data).__module__}.{type(data).__qualname__}")
+
+
+def forward(model: ModelFunctions, data, params, *, kappa, backend) -> Forward:
+    """Forward(loss, f) of ``model`` at ``params`` (its parameters in order, validated here): f refused
+    (NonFiniteError) when not finite; the loss only when ``data`` has targets."""
+    check_data(model, data)
+    kappa = check_kappa(kappa)
+    check_backend(backend)
+    params = model.check_params(*params, d=data.X.shape[2])
+    with np.errstate(over="ignore", invalid="ignore"):  # an overflow is refused by require_finite below
+        f = model.outputs(data, params, backend)
+    require_finite(f=f)
+    return Forward(None if data.y is None else loss_from_outputs(f, data.y, kappa), f)
+
+
+def loss_and_grad(model: ModelFunctions, data, params, *, kappa, backend):
+    """model.LossAndGrad(loss, grad_<param>..., f) at ``params`` (validated here); the data must have
+    targets; every output refused (NonFiniteError) when not finite."""
+    check_data(model, data)
+    kappa = check_kappa(kappa)
+    check_backend(backend)
+    if data.y is None:
+        raise InputError("array 'y': the loss needs targets y [n]")
+    params = model.check_params(*params, d=data.X.shape[2])
+    f, *grads = model.gradients(data, params, kappa, backend)
+    loss = loss_from_outputs(f, data.y, kappa)
+    require_finite(f=f, loss=loss, **{f"grad_{name}": g for name, g in zip(params._fields, grads)})
+    return model.LossAndGrad(loss, *grads, f)

@@ -1,0 +1,60 @@
+"""The public API of ntpref.shallow and ntpref.shallow.indrnn (docs/api.md): the exported names against the
+documented ones, the example of the docs, and a cheap import."""
+import contextlib
+import io
+import re
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+from ntpref import shallow
+from ntpref.shallow import indrnn
+
+API_MD = Path(__file__).resolve().parents[1] / "docs" / "api.md"
+
+
+def section() -> str:
+    """The `## ntpref.shallow and ntpref.shallow.indrnn` section of docs/api.md."""
+    return API_MD.read_text().split("## ntpref.shallow and ntpref.shallow.indrnn\n", 1)[1].split("\n## ", 1)[0]
+
+
+def test_the_package_exports_exactly_the_documented_names():
+    names = re.findall(r"^\| `([A-Za-z_][A-Za-z0-9_]*)`", section(), flags=re.MULTILINE)
+    assert len(names) == len(set(names)) and len(names) > 20
+    assert sorted(shallow.__all__) == sorted(names)
+    for name in names:
+        value = getattr(shallow, name)
+        home = value.__name__ if isinstance(value, types.ModuleType) else value.__module__
+        assert home.startswith("ntpref.shallow."), name
+    listed = {w for line in shallow.__doc__.splitlines() if line.startswith("    ") for w in re.findall(r"\w+", line)}
+    assert set(names) <= listed                                   # the package docstring lists every name
+
+
+def test_the_indrnn_module_exports_exactly_the_documented_names():
+    names = re.findall(r"^\| `indrnn\.([A-Za-z_][A-Za-z0-9_]*)`", section(), flags=re.MULTILINE)
+    assert len(names) == len(set(names)) and len(names) > 5
+    assert sorted(indrnn.__all__) == sorted(names)
+    assert all(hasattr(indrnn, name) for name in names)
+
+
+def test_api_example_of_the_docs_runs_and_prints_what_it_shows():
+    """The example of the section, run as written; each printed line is the comment below its print."""
+    code = re.findall(r"```python\n(.*?)```", section(), flags=re.DOTALL)
+    assert len(code) == 1
+    shown = [line[2:] for line in code[0].splitlines() if line.startswith("# ")]
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile(code[0], str(API_MD), "exec"), {})
+    assert out.getvalue().splitlines() == shown and len(shown) == 2
+
+
+def test_importing_compiles_nothing():
+    """Importing the package loads no Numba kernel: every dispatcher is still without a compiled signature."""
+    code = ("import numba, sys\nimport ntpref.shallow\n"
+            "mods = [m for n, m in sys.modules.items() if n.startswith('ntpref.shallow')]\n"
+            "kernels = [v for m in mods for v in vars(m).values() if isinstance(v, numba.core.dispatcher.Dispatcher)]\n"
+            "assert len(kernels) > 10, len(kernels)\n"
+            "print(sum(len(k.signatures) for k in kernels))\n")
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
+    assert out.stdout.strip() == "0"
