@@ -1,6 +1,5 @@
-"""Developer scripts: reference-run generation, the PyTorch / JAX benchmark, the command-line fuzzer.
-
-A package, so that the tests import what they reuse (``from scripts import fuzz_cli``) from the
-repository root. Run each from the repository root: ``python scripts/make_reference_runs.py``,
-``python scripts/fuzz_cli.py``, ``python -m scripts.bench`` (it imports ``examples.adapters``).
+"""Developer scripts: the PyTorch / JAX benchmark, run from the repository root as ``python -m
+scripts.bench`` (it imports ``examples.adapters``). The reference-case generator and the command-line
+fuzzer are test-support modules in tests/ (``python tests/make_reference_runs.py``, ``python
+tests/fuzz_cli.py``), imported by the tests like their other helpers.
 """

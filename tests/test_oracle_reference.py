@@ -10,11 +10,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import make_reference_runs
 from ntpref.cli import main
 from ntpref.errors import ComparisonError, InputError
-from ntpref.oracle import reference, tolerance
 from ntpref.npzio import load_npz
-from scripts import make_reference_runs
+from ntpref.oracle import reference, tolerance
 
 REPO_RUNS = Path(reference.__file__).resolve().parents[2] / "reference_runs"
 EVAL_CASE = "twostage_eval_onehot_succ"

@@ -1,6 +1,6 @@
 """Property-based fuzzing of the command line with random malformed input files.
 
-Hypothesis drives the mutation engine of scripts/fuzz_cli.py (valid inputs of all three models, then
+Hypothesis drives the mutation engine of tests/fuzz_cli.py (valid inputs of all three models, then
 dtype / shape / NaN / name / value mutations and byte-level damage); ``ntpref.cli.main`` runs in-process.
 Every input must be either accepted (exit 0, finite float64 outputs) or rejected (exit 2, one line
 "ntpref: error: ...", no output file). An "internal error" counts as a crash.
@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from scripts import fuzz_cli
+import fuzz_cli
 
 BASES = fuzz_cli.valid_inputs()
 

@@ -1,10 +1,10 @@
 #!/usr/bin/env python
 """Generate the stored reference cases in ``reference_runs/`` (docs/contract.md, "Stored reference cases").
 
-    python scripts/make_reference_runs.py                 # (re)generate every case
-    python scripts/make_reference_runs.py CASE ...        # only these
-    python scripts/make_reference_runs.py --check         # rebuild inputs, assert they equal the stored ones
-    python scripts/make_reference_runs.py --list
+    python tests/make_reference_runs.py                 # (re)generate every case
+    python tests/make_reference_runs.py CASE ...        # only these
+    python tests/make_reference_runs.py --check         # rebuild inputs, assert they equal the stored ones
+    python tests/make_reference_runs.py --list
 
 Each case of :data:`CASES` names its model, kind (eval / train / ntk), what it exercises, its
 generating configuration and seed, and ``build(config, seed) -> input arrays``. The expected

@@ -21,7 +21,7 @@ it was (special files untouched, no directory or temporary left); accepted ones 
 One case in twenty runs a valid input in an odd environment (see ENVIRONMENTS: Numba thread counts and
 threading layers, the npz memory budget); it must be accepted or rejected like any other case.
 
-Usage:  python scripts/fuzz_cli.py [-n 10000] [--seed 0] [--show 10]
+Usage:  python tests/fuzz_cli.py [-n 10000] [--seed 0] [--show 10]
 Exit status 0 when there is no crash, 1 otherwise. The mutation engine is driven by a ``Chooser`` so the
 property-based test (tests/test_robust_fuzz.py) reuses it with Hypothesis choosing instead of a seed.
 """
