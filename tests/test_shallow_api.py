@@ -1,5 +1,5 @@
 """The public API of ntpref.shallow and ntpref.shallow.indrnn (docs/api.md): the exported names against the
-documented ones, the example of the docs, and a cheap import."""
+documented ones, the example of the docs, a cheap import, and data prepared for the model called."""
 import contextlib
 import io
 import re
@@ -8,7 +8,11 @@ import sys
 import types
 from pathlib import Path
 
+import numpy as np
+import pytest
+
 from ntpref import shallow
+from ntpref.errors import InputError
 from ntpref.shallow import indrnn
 
 API_MD = Path(__file__).resolve().parents[1] / "docs" / "api.md"
@@ -58,3 +62,40 @@ def test_importing_compiles_nothing():
             "print(sum(len(k.signatures) for k in kernels))\n")
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
     assert out.stdout.strip() == "0"
+
+
+# per model: its module, the other model's prepare, the name that module's Batch is printed as, and its
+# state function (head_states for the transformer, hidden_states for the IndRNN)
+MODELS = {
+    "shallow": (shallow, indrnn.prepare, "ntpref.shallow.indrnn.Batch", "ntpref.shallow.prepare", shallow.head_states),
+    "indrnn": (indrnn, shallow.prepare, "ntpref.shallow.model.Batch", "ntpref.shallow.indrnn.prepare",
+               indrnn.hidden_states),
+}
+
+
+def _problem(model: str):
+    """Tokens X [4, 3, 2] with ‖x_t‖ ≤ 1, targets y [4] and the model's paired parameters (m = 4)."""
+    rng = np.random.default_rng(5)
+    X = shallow.scale_tokens(rng.standard_normal((4, 3, 2)))
+    return X, rng.standard_normal(4), MODELS[model][0].paired_init(4, 2, seed=3)
+
+
+@pytest.mark.parametrize("model", MODELS)
+@pytest.mark.parametrize("other", [False, True], ids=["array", "other-model"])
+def test_data_must_be_prepared_by_the_model(model, other):
+    module, other_prepare, other_name, own_prepare, states = MODELS[model]
+    X, y, params = _problem(model)
+    data, got = (other_prepare(X, y), other_name) if other else (X, "numpy.ndarray")
+    message = rf"^data: expected the prepared data of {re.escape(own_prepare)}\(X, y\), got {re.escape(got)}$"
+    for call in (lambda: module.forward(data, *params), lambda: module.loss_and_grad(data, *params),
+                 lambda: states(data, *params[1:])):
+        with pytest.raises(InputError, match=message):
+            call()
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_loss_needs_targets(model):
+    module = MODELS[model][0]
+    X, _, params = _problem(model)
+    with pytest.raises(InputError, match=r"^array 'y': the loss needs targets y \[n\]$"):
+        module.loss_and_grad(module.prepare(X), *params)

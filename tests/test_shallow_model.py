@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from ntpref.errors import InputError
-from ntpref.shallow import (Batch, Forward, HeadStates, LossAndGrad, Params, forward, head_states, iid_init, indrnn,
+from ntpref.shallow import (Batch, Forward, HeadStates, LossAndGrad, Params, forward, head_states, iid_init,
                             loss_and_grad, paired_init, prepare, scale_tokens)
 from ntpref.shallow.activation import dsigma_np, sigma_np
 from ntpref.shallow.evaluation import loss_from_outputs
@@ -91,23 +91,6 @@ def test_results_are_named_tuples_in_the_documented_order(rng):
     result = loss_and_grad(data, c, U, W)
     assert isinstance(result, LossAndGrad) and result.grad_U.shape == U.shape and result.f.shape == y.shape
     assert isinstance(forward(data, c, U, W), Forward) and isinstance(head_states(data, U, W), HeadStates)
-
-
-@pytest.mark.parametrize("wrong, got", [(lambda X, y: X, "numpy.ndarray"),
-                                        (lambda X, y: indrnn.prepare(X, y), "ntpref.shallow.indrnn.Batch")])
-def test_data_must_be_prepared_by_the_transformer(rng, wrong, got):
-    X, y, c, U, W = problem(rng)
-    message = rf"^data: expected the prepared data of ntpref.shallow.prepare\(X, y\), got {got}$"
-    for call in (lambda: forward(wrong(X, y), c, U, W), lambda: loss_and_grad(wrong(X, y), c, U, W),
-                 lambda: head_states(wrong(X, y), U, W)):
-        with pytest.raises(InputError, match=message):
-            call()
-
-
-def test_loss_needs_targets(rng):
-    X, y, c, U, W = problem(rng)
-    with pytest.raises(InputError, match=r"^array 'y': the loss needs targets y \[n\]$"):
-        loss_and_grad(prepare(X), c, U, W)
 
 
 def test_prepared_data_serves_new_parameters(rng):

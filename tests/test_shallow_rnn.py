@@ -84,23 +84,6 @@ def test_hidden_states_give_the_output(rng, backend):
     np.testing.assert_allclose(forward(data, c, u, W_in, backend=backend).f, H[4] @ c / np.sqrt(6), rtol=1e-12)
 
 
-@pytest.mark.parametrize("wrong, got", [(lambda X, y: X, "numpy.ndarray"),
-                                        (lambda X, y: shallow.prepare(X, y), "ntpref.shallow.model.Batch")])
-def test_data_must_be_prepared_by_the_indrnn(rng, wrong, got):
-    X, y, c, u, W_in = _problem(rng, n=4, T=3, d=2, m=4)
-    message = rf"^data: expected the prepared data of ntpref.shallow.indrnn.prepare\(X, y\), got {got}$"
-    for call in (lambda: forward(wrong(X, y), c, u, W_in), lambda: loss_and_grad(wrong(X, y), c, u, W_in),
-                 lambda: hidden_states(wrong(X, y), u, W_in)):
-        with pytest.raises(InputError, match=message):
-            call()
-
-
-def test_loss_needs_targets(rng):
-    X, _, c, u, W_in = _problem(rng, n=4, T=3, d=2, m=4)
-    with pytest.raises(InputError, match=r"^array 'y': the loss needs targets y \[n\]$"):
-        loss_and_grad(prepare(X), c, u, W_in)
-
-
 def test_paired_init_pairs_units_with_opposite_readout():
     m, d = 64, 17
     c, u, W_in = paired_init(m, d, seed=3)
