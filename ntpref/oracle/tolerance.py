@@ -395,9 +395,6 @@ def _twostage_eval(inputs: Mapping[str, np.ndarray]) -> dict[str, tuple[np.ndarr
 
 
 # --- evaluation: one entry point per model ------------------------------------------------------------
-_SHALLOW_BLOCKS = {"shallow": ("c", "U", "W"), "indrnn": ("c", "u", "W_in")}
-
-
 def eval_scales(model: str, inputs: Mapping[str, np.ndarray], kind: str = "eval") -> dict[str, tuple[np.ndarray, int]]:
     """name → (M, K) for every output (and intermediate) of an eval input of ``model`` (kind "eval"),
     or of a shallow NTK input (kind "ntk"): M is the evaluation magnitude of the output, an array
@@ -548,9 +545,10 @@ def _shallow_train(model: str, inputs: Mapping[str, np.ndarray], names, backend:
     (M(g) at θ(0) and at the final θ; ×n/B for a minibatch of B); one rerun with every block moved
     measures the responses D. train_loss[t] and grad_norm[t] (at θ(t)) have t injections behind them,
     val_loss[t] (at θ(t+1)) t + 1, the final blocks ``steps``."""
+    from ..shallow.train import adapter
     from . import contract
 
-    blocks = _SHALLOW_BLOCKS[model]
+    blocks = adapter(model).blocks
     train_only = ("eta", "steps", "rho", "X_val", "y_val", "batch", "seed")
     base = {k: v for k, v in inputs.items() if k not in train_only}
     out = contract.train(inputs, backend)

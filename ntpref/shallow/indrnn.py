@@ -25,9 +25,8 @@ parallel over fixed blocks of samples, each block writing its own gradient slot,
 over the blocks in order: bitwise identical results for any number of threads). :func:`paired_init`
 draws :class:`Params`; :func:`hidden_states` gives every h_t.
 
-Summation order of the readout: unit i and unit i + ⌊m/2⌋ are added first (then the pairs in order,
-then the last unit when m is odd), so the paired initialisation of :func:`paired_init` gives
-f = 0 exactly, not merely up to rounding.
+The readout sums in the pair order of :mod:`ntpref.shallow.readout`, so the paired initialisation of
+:func:`paired_init` gives f = 0 exactly, not merely up to rounding.
 """
 from __future__ import annotations
 
@@ -41,6 +40,7 @@ from ..errors import InputError
 from . import evaluation, indrnn_kernels
 from .activation import activation_code, activation_name, dsigma_np, sigma_np
 from .evaluation import Forward
+from .readout import readout_np
 
 __all__ = ["Batch", "Params", "Forward", "LossAndGrad", "prepare", "forward", "loss_and_grad", "paired_init",
            "hidden_states"]
@@ -90,7 +90,7 @@ def check_params(c, u, W_in, *, d: int) -> Params:
 def _outputs(data: Batch, p: Params, backend: str) -> np.ndarray:
     """f [n] = m^{−1/2} Σ_i c_i h_{T,i}."""
     if backend == "numpy":
-        return _readout_np(p.c, _hidden_np(data.X, p.u, p.W_in, data.activation)[-1])
+        return readout_np(p.c, _hidden_np(data.X, p.u, p.W_in, data.activation)[-1])
     f = np.empty(data.X.shape[0])
     indrnn_kernels.forward_kernel(data.X, p.c, p.u, np.ascontiguousarray(p.W_in.T), activation_code(data.activation),
                                   f)
@@ -174,18 +174,13 @@ def _hidden_np(X, u, W_in, activation):
     return H
 
 
-def _readout_np(c, h_T):
-    """f [n] = m^{−1/2} Σ_i c_i h_{T,i} for h_T [n, m], in the pair order of :mod:`ntpref.shallow.readout`."""
-    from .readout import readout_np
-    return readout_np(c, h_T)
-
 
 def _loss_grad_np(X, y, c, u, W_in, kappa, activation):
     """(f, grad_c, grad_u, grad_W_in) by the BPTT of the module docstring, all samples at once."""
     n, T, _ = X.shape
     sqrt_m = math.sqrt(c.shape[0])
     H = _hidden_np(X, u, W_in, activation)
-    f = _readout_np(c, H[T])
+    f = readout_np(c, H[T])
     g = kappa * (f - y) / n
     grad_c = H[T].T @ g / sqrt_m
     grad_u = np.zeros_like(u)

@@ -10,7 +10,7 @@ API: :func:`prepare` validates X, y and the options once (:class:`Batch`); :func
 :func:`loss_and_grad` and :func:`head_states` take the prepared data and the parameters (c, U, W), and the
 backend ("numba": :mod:`ntpref.shallow.kernels`; "numpy": the vectorised formulas below; they agree to
 rtol 1e-12). :func:`paired_init` / :func:`iid_init` draw :class:`Params`. Head outputs are summed in the
-pair order (i, i + ⌊m/2⌋) so the paired initialisation gives f = 0 exactly.
+pair order of :mod:`ntpref.shallow.readout`, so the paired initialisation gives f = 0 exactly.
 """
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ from ..errors import InputError
 from . import evaluation, kernels
 from .activation import activation_code, activation_name, dsigma_np, sigma_np
 from .evaluation import Forward
+from .readout import readout_np
 
 
 class Batch(NamedTuple):
@@ -111,7 +112,6 @@ def _states_np(data: Batch, U: np.ndarray, W: np.ndarray):
 
 def _output_np(c: np.ndarray, s: np.ndarray, activation: str) -> np.ndarray:
     """f [n] = m^{-1/2} Σ_i c_i σ(s_i) for s [n, m], in the pair order of :mod:`ntpref.shallow.readout`."""
-    from .readout import readout_np
     return readout_np(c, sigma_np(s, activation))
 
 
