@@ -48,7 +48,7 @@ PACKAGE_ORDER = {
         ("data", ()),
         ("model", ("model", "kernels")),
         ("max-margin", ("least_norm", "svm")),
-        ("algorithm", ("train",)),
+        ("algorithm", ("two_stage",)),
         ("evaluation", ("generalization",)),
         ("contract", ("contract", "__init__")),
     ),
@@ -56,7 +56,7 @@ PACKAGE_ORDER = {
         ("data", ()),
         ("model", ("model", "kernels", "indrnn", "*_kernels")),
         ("ntk", ("ntk", "teacher")),
-        ("algorithm", ("train",)),
+        ("algorithm", ("projgd",)),
         ("contract", ("contract", "__init__")),
     ),
 }
@@ -260,7 +260,7 @@ def test_the_tables_name_real_modules():
 # --- the checker on made-up packages ------------------------------------------------------------------
 PAPERS = {"__init__.py": "", "errors.py": "", "vmath.py": "", "cli.py": "", "sweep.py": "",
           "twostage/__init__.py": "", "twostage/model.py": "", "twostage/kernels.py": "from .. import vmath\n",
-          "twostage/train.py": "", "shallow/__init__.py": "", "shallow/model.py": "", "shallow/ntk.py": "",
+          "twostage/two_stage.py": "", "shallow/__init__.py": "", "shallow/model.py": "", "shallow/ntk.py": "",
           "oracle/__init__.py": "", "oracle/contract.py": ""}
 
 
@@ -268,7 +268,7 @@ def test_checker_finds_upward_imports_also_inside_functions():
     files = {**PAPERS,
              "errors.py": "def f():\n    from .oracle import contract\n",
              "twostage/dataset.py": "import ntpref.errors\nfrom . import orders\n",          # allowed
-             "twostage/orders.py": "from .dataset import Dataset\n\n\ndef g():\n    from .train import train\n",
+             "twostage/orders.py": "from .dataset import Dataset\n\n\ndef g():\n    from .two_stage import train\n",
              "shallow/data.py": "from ntpref.shallow.ntk import jvp\nfrom .model import forward\n",
              "shallow/model.py": "from ..twostage import model\n",
              "oracle/contract.py": "MODELS = ('ntpref.shallow.model', 'ntpref.cli')\n",
@@ -284,7 +284,7 @@ def test_checker_finds_upward_imports_also_inside_functions():
         "ntpref/shallow/model.py:1: ntpref.shallow.model imports ntpref.twostage.model: the two papers' "
         "packages never import each other",
         "ntpref/sweep.py:1: ntpref.sweep imports ntpref.cli: layer 'command line' is above 'sweep'",
-        "ntpref/twostage/orders.py:5: ntpref.twostage.orders imports ntpref.twostage.train: in ntpref.twostage, "
+        "ntpref/twostage/orders.py:5: ntpref.twostage.orders imports ntpref.twostage.two_stage: in ntpref.twostage, "
         "'algorithm' is above 'data'",
     ]
 
@@ -298,8 +298,8 @@ def test_checker_finds_private_names():
     files = {**PAPERS,
              "shallow/_common.py": "",
              "shallow/model.py": "from . import _common\nfrom ._common import helper\n_own = 1\nx = _own\n",
-             "twostage/train.py": "from . import model\n\n\ndef f():\n    return model._prepared(model.forward)\n",
-             "oracle/contract.py": ("import ntpref.shallow.model\nimport ntpref.twostage.train as t\n"
+             "twostage/two_stage.py": "from . import model\n\n\ndef f():\n    return model._prepared(model.forward)\n",
+             "oracle/contract.py": ("import ntpref.shallow.model\nimport ntpref.twostage.two_stage as t\n"
                                     "from ..shallow.model import _own\nfrom ..shallow import _common\n"
                                     "from .. import __version__\n"
                                     "y = ntpref.shallow.model._own + t._step + t.__name__\n")}
@@ -307,8 +307,8 @@ def test_checker_finds_private_names():
         "ntpref/oracle/contract.py:3: ntpref.oracle.contract imports the private name ntpref.shallow.model._own",
         "ntpref/oracle/contract.py:4: ntpref.oracle.contract imports the private name ntpref.shallow._common",
         "ntpref/oracle/contract.py:6: ntpref.oracle.contract reads the private name ntpref.shallow.model._own",
-        "ntpref/oracle/contract.py:6: ntpref.oracle.contract reads the private name ntpref.twostage.train._step",
-        "ntpref/twostage/train.py:5: ntpref.twostage.train reads the private name ntpref.twostage.model._prepared",
+        "ntpref/oracle/contract.py:6: ntpref.oracle.contract reads the private name ntpref.twostage.two_stage._step",
+        "ntpref/twostage/two_stage.py:5: ntpref.twostage.two_stage reads the private name ntpref.twostage.model._prepared",
     ]
 
 

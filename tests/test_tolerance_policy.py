@@ -307,7 +307,7 @@ def test_generated_inputs(which):
 # --- training: per-step rounding passes, a 1e-3 error in one gradient fails --------------------------
 def _shallow_gradients(monkeypatch, model, change):
     """Make the trainer's gradients change(block index, gradient) (NumPy backend)."""
-    from ntpref.shallow.train import MODELS
+    from ntpref.shallow.projgd import MODELS
 
     spec = MODELS[model]
 

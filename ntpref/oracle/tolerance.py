@@ -403,7 +403,7 @@ def eval_scales(model: str, inputs: Mapping[str, np.ndarray], kind: str = "eval"
     if model == "twostage":
         return _twostage_eval(inputs)
     from ..shallow.contract import input_data, input_kappa
-    from ..shallow.train import adapter
+    from ..shallow.projgd import adapter
 
     spec = adapter(model)
     data = input_data(model, inputs)
@@ -545,7 +545,7 @@ def _shallow_train(model: str, inputs: Mapping[str, np.ndarray], names, backend:
     (M(g) at θ(0) and at the final θ; ×n/B for a minibatch of B); one rerun with every block moved
     measures the responses D. train_loss[t] and grad_norm[t] (at θ(t)) have t injections behind them,
     val_loss[t] (at θ(t+1)) t + 1, the final blocks ``steps``."""
-    from ..shallow.train import adapter
+    from ..shallow.projgd import adapter
     from . import contract
 
     blocks = adapter(model).blocks

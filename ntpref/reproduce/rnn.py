@@ -35,7 +35,7 @@ from tabulate import tabulate
 
 from ..errors import InputError
 from .. import shallow
-from ..shallow.train import adapter
+from ..shallow.projgd import adapter
 from . import Summary
 from .configs import by_axis, select_config
 from .plots import ci_errorbar, pyplot, save_figure

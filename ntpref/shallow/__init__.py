@@ -25,7 +25,7 @@ from .data import Autoregressive, AutoregressiveConfig, autoregressive, position
 from .model import (Batch, Forward, HeadStates, LossAndGrad, Params, forward, head_states, iid_init, loss_and_grad,
                     paired_init, prepare)
 from .teacher import TeacherStudent, TeacherStudentConfig, teacher_labels, teacher_student
-from .train import TrainResult, train
+from .projgd import TrainResult, train
 
 __all__ = [
     # data

@@ -23,8 +23,8 @@ from ..checks import MAX_STEPS, as_float, as_scalar, check_names
 from ..errors import InputError
 from ..progress import silent
 from .evaluation import check_X
-from .train import adapter, check_minibatch
-from .train import train as train_model
+from .projgd import adapter, check_minibatch
+from .projgd import train as train_model
 
 _OPTION_KINDS = {"tau_att": "float", "mask_last_key": "bool", "activation": "str"}
 _TRAIN_REQUIRED = ("eta", "steps")

@@ -28,7 +28,7 @@ from .model import (Direction, Forward, LossAndGrad, Prepared, Step, direction, 
 from .orders import (check_realizable, extended_order, find_cycle, observed_relations, optimal_token_sentences,
                      optimal_tokens)
 from .svm import W_kq_star, W_ov_star, rho
-from .train import Stop, TwoStageResult, loss_floor, token_frequency, train, with_collocations
+from .two_stage import Stop, TwoStageResult, loss_floor, token_frequency, train, with_collocations
 from .unseen import UnseenSplit, unseen_sentences
 
 __all__ = [

@@ -22,7 +22,7 @@ from ..errors import InputError
 from ..progress import silent
 from .dataset import Dataset
 from .model import forward, loss_and_grad, prepare, prepare_collocations
-from .train import train as two_stage_train
+from .two_stage import train as two_stage_train
 
 DATA = ("tokens", "lengths", "targets", "W_ov", "W_kq")
 TRAIN = ("succ", "eta0", "eta", "T0", "T")

@@ -28,7 +28,7 @@ from ..progress import silent
 from . import model
 from .dataset import Dataset
 from .orders import observed_relations, optimal_tokens
-from .train import TwoStageResult, prediction_metrics, train
+from .two_stage import TwoStageResult, prediction_metrics, train
 from .unseen import UnseenSplit
 
 PARTS = ("determined", "noncomparable")
@@ -94,7 +94,7 @@ class GeneralizationCurve:
              parts of the split ("determined", "noncomparable" for an UnseenSplit, else the names given), and
              metric in "accuracy", "attn_max", "p_target"; a part without sentences is absent
     sizes    {part: number of sentences}
-    result   the :class:`~ntpref.twostage.train.TwoStageResult` of the run (W_kq snapshots at ``steps``)
+    result   the :class:`~ntpref.twostage.two_stage.TwoStageResult` of the run (W_kq snapshots at ``steps``)
     """
 
     steps: np.ndarray
@@ -106,7 +106,7 @@ class GeneralizationCurve:
 def generalization_curve(ds: Dataset, split: UnseenSplit | Mapping[str, Dataset | None], steps: Sequence[int], *,
                          backend: str = "numba", progress: Callable[[str, int, int], None] = silent,
                          **train_options) -> GeneralizationCurve:
-    """Train with :func:`~ntpref.twostage.train.train` on ``ds`` and evaluate the training sentences and the
+    """Train with :func:`~ntpref.twostage.two_stage.train` on ``ds`` and evaluate the training sentences and the
     parts of ``split`` at every stage-2 step in ``steps`` (0..T). ``split``: an UnseenSplit (its two parts) or
     {name: Dataset | None} (e.g. from :func:`unseen_parts`; None parts are skipped). ``train_options`` go to
     train (eta0, eta, T0, T, direction, ...)."""

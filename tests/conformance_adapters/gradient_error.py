@@ -5,7 +5,7 @@ import numpy as np
 from ntpref.oracle import contract
 from ntpref.shallow.projection import head_radii, project
 from ntpref.shallow.contract import input_data, input_kappa
-from ntpref.shallow.train import adapter
+from ntpref.shallow.projgd import adapter
 
 ERROR = 1e-3
 WRONG = {"twostage": "W_kq", "shallow": "W", "indrnn": "W_in"}
