@@ -168,11 +168,7 @@ def _prepared_of(data) -> Prepared:
 
 
 def _weight(name: str, W, d: int) -> np.ndarray:
-    """W as a writable C-contiguous float64 [d, d] array, validated by checks.as_float; an array that is one
-    already (what a training loop passes every step) is only checked to be finite."""
-    if (type(W) is np.ndarray and W.dtype == np.float64 and W.shape == (d, d) and W.flags.c_contiguous
-            and W.flags.writeable and np.isfinite(W).all()):
-        return W
+    """W as a writable C-contiguous float64 [d, d] array, validated by checks.as_float."""
     W = as_float(name, W, (d, d))
     return W if W.flags.writeable else W.copy()
 
