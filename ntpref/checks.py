@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 import numpy as np
+from numba import njit
 
 from .errors import InputError, NonFiniteError
 
@@ -24,7 +25,18 @@ def check_backend(backend: str) -> str:
 
 
 def _shape_ok(shape: tuple, expected: tuple) -> bool:
-    return len(shape) == len(expected) and all(e is None or s == e for s, e in zip(shape, expected))
+    return shape == expected or (len(shape) == len(expected)
+                                 and all(e is None or s == e for s, e in zip(shape, expected)))
+
+
+@njit(cache=True)
+def _all_finite(flat: np.ndarray) -> bool:
+    """True when every entry of the float64 vector ``flat`` is finite: x - x is 0 for finite x and NaN for
+    ±inf and NaN. An integer or-reduction has no order, so the loop vectorises; no temporary array."""
+    bad = 0
+    for i in range(flat.size):
+        bad |= np.int64(flat[i] - flat[i] != 0.0)
+    return bad == 0
 
 
 def _fmt_shape(expected: tuple) -> str:
@@ -61,7 +73,7 @@ def as_float(name: str, x, shape: tuple | None = None, finite: bool = True) -> n
     if shape is not None and not _shape_ok(a.shape, shape):
         raise InputError(f"array '{name}': expected shape {_fmt_shape(shape)}, got {list(a.shape)}")
     a = _to_float64(name, a)
-    if finite and a.size and not np.isfinite(a).all():
+    if finite and a.size and not _all_finite(a.reshape(-1)):
         bad = np.argwhere(~np.isfinite(a))[0]
         raise InputError(f"array '{name}': non-finite value {a[tuple(bad)]} at index {tuple(int(i) for i in bad)}")
     return a

@@ -20,6 +20,27 @@ def test_as_float_rejects_nan_and_wrong_shape():
     assert a.dtype == np.float64 and a.flags.c_contiguous and a.tolist() == [[0, 2], [3, 5]]
 
 
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_as_float_finds_one_non_finite_value_anywhere(bad):
+    """The finiteness check is a vectorised loop: one bad entry is found at every position of vectors
+    whose lengths leave every remainder after the vector width, and in a 3-d array it is located."""
+    for n in range(1, 40):
+        for i in range(n):
+            a = np.ones(n)
+            a[i] = bad
+            with pytest.raises(InputError, match=rf"non-finite value {bad} at index \({i},\)"):
+                as_float("v", a)
+    a = np.zeros((3, 4, 5))
+    a[2, 1, 3] = bad
+    with pytest.raises(InputError, match=rf"non-finite value {bad} at index \(2, 1, 3\)"):
+        as_float("X", a)
+
+
+def test_as_float_accepts_every_finite_extreme():
+    f = np.finfo(np.float64)
+    a = np.array([f.max, -f.max, f.tiny, f.smallest_subnormal, -0.0, 0.0, 1.0])
+    assert as_float("v", a) is a
+
 def test_as_int_rejects_floats_and_range():
     with pytest.raises(InputError, match="'tokens'.*integers"):
         as_int("tokens", np.array([1.0, 2.0]))
