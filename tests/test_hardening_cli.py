@@ -283,8 +283,17 @@ INSTALL_LINE = next(i for i, line in enumerate((PACKAGE / "__init__.py").read_te
                     if line.startswith("install_if_command()"))
 
 
-def _child_env() -> dict:
-    return {**os.environ, "PYTHONUNBUFFERED": "1"}
+def _default_dispositions() -> None:
+    """Run in the child before exec: the default action for the signals under test. Ignored signals are
+    inherited, and a test runner started by nohup ignores SIGHUP, one started in the background by a
+    non-interactive shell ignores SIGINT; ntpref keeps an inherited ignore, as a command should."""
+    for signum in NAMES:
+        signal.signal(signum, signal.SIG_DFL)
+
+
+def _child() -> dict:
+    """Popen options of a command under test: unbuffered output, default signal dispositions."""
+    return dict(env={**os.environ, "PYTHONUNBUFFERED": "1"}, preexec_fn=_default_dispositions)
 
 
 def _check_interrupted(returncode: int, err: str, signum: int, activity: str | None = None) -> None:
@@ -312,7 +321,7 @@ def test_signal_at_any_moment_of_start_up(signum, tmp_path):
     argv = [*_console_script(), "eval", str(inp), "-o", str(tmp_path / "out.npz"), "-q"]
     handled = 0
     for delay in (0.0, 0.0, 0.005, 0.02, 0.05, 0.08, 0.12, 0.2, 0.4):
-        proc = subprocess.Popen(argv, cwd=tmp_path, env=_child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        proc = subprocess.Popen(argv, cwd=tmp_path, **_child(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 text=True)
         time.sleep(delay)
         proc.send_signal(signum)
@@ -332,7 +341,7 @@ def test_signal_while_ntpref_imports(signum, tmp_path):
     handlers are in place, main has not started."""
     inp = write(tmp_path / "in.npz", shallow_eval())
     proc = subprocess.Popen([sys.executable, "-X", "importtime", "-m", "ntpref.cli", "eval", str(inp), "-o",
-                             str(tmp_path / "out.npz"), "-q"], cwd=tmp_path, env=_child_env(),
+                             str(tmp_path / "out.npz"), "-q"], cwd=tmp_path, **_child(),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     for line in proc.stderr:
         if line.split("|")[-1].strip() == "ntpref.numba_target":
@@ -351,7 +360,7 @@ def test_signal_while_ntpref_imports(signum, tmp_path):
 def test_signal_while_training(signum, tmp_path):
     inp = write(tmp_path / "in.npz", shallow_train(steps=np.array(10 ** 6)))
     out = tmp_path / "res" / "out.npz"
-    proc = subprocess.Popen([*_console_script(), "train", str(inp), "-o", str(out)], cwd=tmp_path, env=_child_env(),
+    proc = subprocess.Popen([*_console_script(), "train", str(inp), "-o", str(out)], cwd=tmp_path, **_child(),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     first = proc.stderr.readline()
     assert first.startswith("shallow ProjGD: "), first
@@ -385,7 +394,7 @@ def _children(pid: int) -> set[int]:
 def test_signal_stops_the_worker_processes(signum, group, tmp_path):
     """Ctrl-C reaches the whole process group, kill(1) only the command: either way one line, and the worker
     processes are stopped instead of finishing their cells."""
-    proc = subprocess.Popen([sys.executable, "-c", SLOW_WIDTH, str(tmp_path / "r")], cwd=tmp_path, env=_child_env(),
+    proc = subprocess.Popen([sys.executable, "-c", SLOW_WIDTH, str(tmp_path / "r")], cwd=tmp_path, **_child(),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     assert proc.stderr.readline().startswith("reproduce width (quick): 0/4")
     while len(_children(proc.pid)) < 3:      # the resource tracker and the two workers
