@@ -41,6 +41,7 @@ def test_as_float_accepts_every_finite_extreme():
     a = np.array([f.max, -f.max, f.tiny, f.smallest_subnormal, -0.0, 0.0, 1.0])
     assert as_float("v", a) is a
 
+
 def test_as_int_rejects_floats_and_range():
     with pytest.raises(InputError, match="'tokens'.*integers"):
         as_int("tokens", np.array([1.0, 2.0]))
