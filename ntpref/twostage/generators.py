@@ -50,6 +50,13 @@ def check_length_range(min_len, max_len) -> tuple[int, int]:
     return min_len, max_len
 
 
+def top_ranked(tokens: np.ndarray, queries: np.ndarray, orders: np.ndarray) -> np.ndarray:
+    """[N] int64: the token of each sentence that its query's order ranks highest. tokens [N, Lmax] (-1
+    padding), queries [N], orders [K, K] (orders[q, v] = rank of token v for query q)."""
+    ranks = np.where(tokens >= 0, orders[queries[:, None], np.maximum(tokens, 0)], -1)
+    return tokens[np.arange(tokens.shape[0]), ranks.argmax(axis=1)]
+
+
 def random_realizable(K: int = 20, N: int = 200, min_len: int = 2, max_len: int = 6, seed: int = 0,
                       embedding: str = "onehot", d: int | None = None) -> RandomTask:
     """A random realizable dataset (docs/twostage.md §7), reproducible from ``seed`` (np.random.default_rng).
@@ -74,9 +81,7 @@ def random_realizable(K: int = 20, N: int = 200, min_len: int = 2, max_len: int 
     Lmax = int(lengths.max())
     tokens = rng.integers(0, K, size=(N, Lmax), dtype=np.int64)
     tokens[np.arange(Lmax)[None, :] >= lengths[:, None]] = -1
-    queries = tokens[np.arange(N), lengths - 1]
-    ranks = np.where(tokens >= 0, orders[queries[:, None], np.maximum(tokens, 0)], -1)
-    xstar = tokens[np.arange(N), ranks.argmax(axis=1)]
+    xstar = top_ranked(tokens, tokens[np.arange(N), lengths - 1], orders)
     E = _embedding(rng, K, embedding, d)
     orders.setflags(write=False)
     return RandomTask(Dataset(tokens, lengths, succ[xstar], E, succ), orders)

@@ -398,13 +398,13 @@ def ideal_ff_loss(ds: Dataset, W_kq, lam, *, backend: str = "numba") -> float:
     for orthonormal E; for other E it is this closed form by definition. Needs ds.succ."""
     backend = check_backend(backend)
     prep = prepare(ds)
-    ds.require_succ("ideal_ff_loss")
+    succ = ds.require_succ("ideal_ff_loss")
     lam = as_scalar("lam", lam, "float", low=0.0)
     W_kq = _weight("W_kq", W_kq, prep.d)
-    B = _ideal_ff_tokens(ds.succ, lam)
+    B = _ideal_ff_tokens(succ, lam)
     if backend == "numpy":
         X, xL, mask, phi, lphi = _np_attention(prep, W_kq)
-        K, succ = prep.K, ds.succ
+        K = prep.K
         succ_tok = np.where(mask, succ[np.where(mask, prep.tokens, 0)], -1)   # n(τ_l), -1 = none
         psi = np.einsum("nl,nlv->nv", phi, succ_tok[:, :, None] == np.arange(K))
         psi_C = (phi * (succ_tok >= 0)).sum(axis=1, keepdims=True)

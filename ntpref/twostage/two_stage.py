@@ -100,7 +100,7 @@ def loss_floor(ds: Dataset, W_ov, xstar=None, *, backend: str = "numba") -> floa
     return model.forward(optimal_token_sentences(ds, xstar), W_ov, None, backend=backend).loss
 
 
-def prediction_metrics(ds: Dataset, logits: np.ndarray, attn: np.ndarray, xstar: np.ndarray) -> tuple[float, float]:
+def prediction_metrics(ds: Dataset | model.Prepared, logits: np.ndarray, attn: np.ndarray, xstar: np.ndarray) -> tuple[float, float]:
     """(accuracy, attention mass) of a forward pass over ``ds``: the fraction of sentences whose target logit is
     strictly the largest (a tie counts as wrong), and the mean over sentences of the attention on the token
     ``xstar[i]`` (all its copies). logits [N, K], attn [N, Lmax], xstar [N] int64."""
@@ -167,7 +167,7 @@ def train(ds: Dataset, *, eta0: float | None = None, eta: float | None = None, T
     model.check_method(direction, "option 'direction'")
     if init not in ("zeros", "gaussian"):
         raise InputError(f"option 'init' must be \"zeros\" or \"gaussian\", got {init!r}")
-    ds.require_succ("train")
+    succ = ds.require_succ("train")
     d = ds.d
     eta0 = 0.2 / np.sqrt(d) if eta0 is None else as_scalar("eta0", eta0, low=0, low_open=True)
     eta = 0.05 / np.sqrt(d) if eta is None else as_scalar("eta", eta, low=0, low_open=True)
@@ -175,12 +175,12 @@ def train(ds: Dataset, *, eta0: float | None = None, eta: float | None = None, T
     T = as_scalar("T", T, kind="int", low=0)
     sigma = as_scalar("sigma", sigma, low=0)
     snapshots = set(as_int("snapshots", np.asarray(list(snapshots), dtype=np.int64), (None,), low=0, high=T).tolist())
-    prep0 = model.prepare_collocations(ds.E, ds.succ, C, _weights(ds, l0_weights))
+    prep0 = model.prepare_collocations(ds.E, succ, C, _weights(ds, l0_weights))
     C = prep0.tokens[:, 0]
     rng = np.random.default_rng(seed)
     W_ov = _init((d, d), W_ov0, "W_ov0", init, sigma, rng)
     W_kq = _init((d, d), W_kq0, "W_kq0", init, sigma, rng)
-    W_ov_s, cert_ov = W_ov_star(ds.E, ds.succ, C)
+    W_ov_s, cert_ov = W_ov_star(ds.E, succ, C)
     W_kq_s, cert_kq = W_kq_star(ds)
 
     W_ov_stage1, stage1, stop1, _ = _ngd(prep0, W_ov, np.zeros((d, d)), False, W_ov_s, C, eta0, T0, direction,
@@ -260,8 +260,7 @@ def _ngd(prep, W_ov, W_kq, train_kq, W_star, xstar, eta, T, method, snapshots, b
         m["loss"][t] = out.loss
         m["norm"][t] = np.linalg.norm(W)
         m["corr"][t] = rho(W, W_star)
-        m["accuracy"][t], m["attn_opt"][t] = kernels.accuracy_and_mass(out.logits, out.attn, prep.tokens,
-                                                                       prep.lengths, prep.targets, xstar)
+        m["accuracy"][t], m["attn_opt"][t] = prediction_metrics(prep, out.logits, out.attn, xstar)
         if t in snapshots:
             snaps[t] = W
         if t == T:

@@ -9,7 +9,7 @@ import numpy as np
 from ..checks import as_int, as_scalar
 from ..errors import InputError
 from .dataset import Dataset
-from .generators import check_length_range
+from .generators import check_length_range, top_ranked
 from .orders import extended_order, optimal_tokens
 
 
@@ -30,8 +30,7 @@ def _check_orders(ds: Dataset, orders, xstar: np.ndarray) -> np.ndarray:
     bad = np.flatnonzero((np.sort(orders, axis=1) != np.arange(ds.K)).any(axis=1))
     if bad.size:
         raise InputError(f"array 'orders': row {int(bad[0])} is not a permutation of 0..{ds.K - 1} (rank per token)")
-    ranks = np.where(ds.tokens >= 0, orders[ds.queries[:, None], np.maximum(ds.tokens, 0)], -1)
-    top = ds.tokens[np.arange(ds.N), ranks.argmax(axis=1)]
+    top = top_ranked(ds.tokens, ds.queries, orders)
     wrong = np.flatnonzero(top != xstar)
     if wrong.size:
         i = int(wrong[0])
