@@ -28,11 +28,11 @@ def test_as_float_finds_one_non_finite_value_anywhere(bad):
         for i in range(n):
             a = np.ones(n)
             a[i] = bad
-            with pytest.raises(InputError, match=rf"non-finite value {bad} at index \({i},\)"):
+            with pytest.raises(InputError, match=rf"^array 'v': non-finite value {bad} at index \({i},\)$"):
                 as_float("v", a)
     a = np.zeros((3, 4, 5))
     a[2, 1, 3] = bad
-    with pytest.raises(InputError, match=rf"non-finite value {bad} at index \(2, 1, 3\)"):
+    with pytest.raises(InputError, match=rf"^array 'X': non-finite value {bad} at index \(2, 1, 3\)$"):
         as_float("X", a)
 
 

@@ -1,5 +1,7 @@
 """The public API of ntpref.twostage (docs/api.md): the exported names, the named results and their field
 order, and a Dataset against its Prepared set (bitwise the same results)."""
+import contextlib
+import io
 import re
 from pathlib import Path
 
@@ -98,8 +100,13 @@ def test_collocation_set_is_the_l0_set(rng):
 
 
 def test_api_example_of_the_docs_runs():
-    """The example of docs/api.md's `## ntpref.twostage` section, run as written."""
+    """The example of docs/api.md's `## ntpref.twostage` section, run as written, prints the correlations its
+    comment states."""
     section = API_MD.read_text().split("## ntpref.twostage\n", 1)[1].split("\n## ", 1)[0]
     code = re.findall(r"```python\n(.*?)```", section, flags=re.DOTALL)
     assert len(code) == 1
-    exec(compile(code[0], str(API_MD), "exec"), {})
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile(code[0], str(API_MD), "exec"), {})
+    claimed = re.search(r"ρ\(W_kq, W_kq\*\): \[([\d. ]+)\]", code[0]).group(1).split()
+    assert [f"{float(v):.5f}" for v in re.findall(r"\d\.\d+", out.getvalue())] == claimed

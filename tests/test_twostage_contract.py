@@ -9,6 +9,8 @@ from ntpref.npzio import load_npz, save_npz
 from ntpref import twostage
 from ntpref.twostage import Dataset, five_token_example
 
+from test_twostage_model import l0_and_grad
+
 
 def _inputs(ds: Dataset, W_ov, W_kq, *, onehot=True, succ=True):
     arrays = {"model": np.array("twostage"), "tokens": ds.tokens, "lengths": ds.lengths, "targets": ds.targets,
@@ -31,7 +33,7 @@ def gaussian_case(rng):
 def _expected(ds, W_ov, W_kq, backend="numba"):
     fw = twostage.forward(ds, W_ov, W_kq, backend=backend)
     loss, g_ov, g_kq = twostage.loss_and_grad(ds, W_ov, W_kq, backend=backend)
-    loss0, g0, _ = twostage.loss_and_grad(twostage.prepare_collocations(ds.E, ds.succ), W_ov, None, backend=backend)
+    loss0, g0 = l0_and_grad(ds, W_ov, backend=backend)
     return {"loss": loss, "logits": fw.logits, "attn": fw.attn, "grad_W_ov": g_ov, "grad_W_kq": g_kq,
             "loss0": loss0, "grad0_W_ov": g0}
 

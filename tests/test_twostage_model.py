@@ -289,7 +289,8 @@ def test_vocabulary_of_one_token():
     (lambda ds, W: twostage.prepare({"tokens": ds.tokens}), r"^ds: expected a ntpref\.twostage\.Dataset, got dict$"),
     (lambda ds, W: twostage.loss_and_grad(ds, W, None),
      r"^array 'W_kq': None is allowed only for one-token sentences \(Lmax = 1\), got Lmax = 6$"),
-    (lambda ds, W: twostage.forward(twostage.prepare(ds), W[:-1], W), r"^array 'W_ov'"),
+    (lambda ds, W: twostage.forward(twostage.prepare(ds), W[:-1], W),
+     r"^array 'W_ov': expected shape \[7, 7\], got \[6, 7\]$"),
 ], ids=["backend", "method", "wrt", "C-without-successor", "negative-weights", "zero-weights", "no-succ",
         "negative-lam", "not-data", "not-a-dataset", "W_kq-None", "W_ov-shape"])
 def test_bad_argument_is_an_input_error_naming_it(rng, call, pattern):

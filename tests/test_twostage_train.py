@@ -8,6 +8,8 @@ from ntpref.twostage import (Dataset, Stop, UnseenSplit, evaluate_part, evaluate
                              generalization_curve, loss_floor, random_realizable, token_frequency, unseen_sentences,
                              with_collocations)
 
+from test_twostage_model import l0_and_grad
+
 ETA0_5, ETA_5 = 0.2 / np.sqrt(5), 0.05 / np.sqrt(5)
 
 
@@ -127,7 +129,7 @@ def test_include_D0_same_trajectory_reweighted_loss(five):
     np.testing.assert_allclose(with_d0.W_kq, base.W_kq, rtol=0, atol=1e-12)
     np.testing.assert_allclose(with_d0.stage2["corr"], base.stage2["corr"], rtol=0, atol=1e-12)
     # L over D ∪ D0 = (N L_D + |C| L0) / (N + |C|), L0 at the frozen W_ov; D0 sentences sit at their floor
-    L0 = twostage.loss_and_grad(twostage.prepare_collocations(five.E, five.succ), base.W_ov, None).loss
+    L0 = l0_and_grad(five, base.W_ov)[0]
     np.testing.assert_allclose(with_d0.stage2["loss"], (6 * base.stage2["loss"] + 5 * L0) / 11, rtol=1e-12)
     assert with_d0.loss_floor == pytest.approx((6 * base.loss_floor + 5 * L0) / 11, rel=1e-12)
     assert with_collocations(five).N == 11
@@ -164,8 +166,7 @@ def test_backends_and_options(five):
     counts = token_frequency(five)
     assert counts.tolist() == [5, 3, 5, 3, 2]
     f = twostage.train(five, T0=20, T=0, l0_weights="frequency")
-    D0 = twostage.prepare_collocations(five.E, five.succ, weights=counts)
-    assert f.stage1["loss"][-1] == pytest.approx(twostage.loss_and_grad(D0, f.W_ov, None).loss, rel=1e-13)
+    assert f.stage1["loss"][-1] == pytest.approx(l0_and_grad(five, f.W_ov, weights=counts)[0], rel=1e-13)
     calls = []
     twostage.train(five, T0=300, T=600, progress=lambda *a: calls.append(a))
     assert calls[-1] == ("stage 2", 600, 600) and ("stage 1", 300, 300) in calls
