@@ -124,7 +124,7 @@ def make_inputs(case: Case, seed: int = 0) -> dict:
     """Random inputs of a case (NumPy arrays; twostage also the ntpref Dataset as ``ds``).
 
     shallow / indrnn: X [n, T, d] i.i.d. N(0, 1) tokens scaled to norm ≤ 1, y [n] N(0, 1); parameters
-    from iid_init (shallow: c, U, W) or indrnn.paired_init with its second half's W_in redrawn (indrnn:
+    from iid_init (shallow: c, U, W) or shallow.indrnn.paired_init with its second half's W_in redrawn (indrnn:
     c, u, W_in), so f ≠ 0. twostage: random_realizable(K, N, 2, 6) with one-hot E, W_ov and W_kq
     [K, K] with N(0, 1) entries; also tokens (padding 0), mask, query, targets for other frameworks.
     """

@@ -46,7 +46,7 @@ def _fmt_shape(expected: tuple) -> str:
 def _to_float64(name: str, a: np.ndarray) -> np.ndarray:
     """``a`` (real dtype) as a C-contiguous float64 array; InputError naming the array for a finite value
     beyond the float64 range (|x| > 1.8e308, possible in a longdouble array), which would become inf. An array
-    that is one already is returned as it is (the per-step call of a training loop)."""
+    that is one already returns at once (the per-step call of a training loop)."""
     if a.dtype == np.float64 and a.flags.c_contiguous:
         return a
     with np.errstate(over="ignore"):

@@ -548,7 +548,8 @@ def _shallow_train(model: str, inputs: Mapping[str, np.ndarray], names, backend:
     from ..shallow.projgd import adapter
     from . import contract
 
-    blocks = adapter(model).blocks
+    spec = adapter(model)
+    blocks, logged = spec.blocks, spec.logged
     train_only = ("eta", "steps", "rho", "X_val", "y_val", "batch", "seed")
     base = {k: v for k, v in inputs.items() if k not in train_only}
     out = contract.train(inputs, backend)
@@ -562,7 +563,6 @@ def _shallow_train(model: str, inputs: Mapping[str, np.ndarray], names, backend:
     eps = {b: U * max(_max(inputs[b]), _max(out[b])) + eta * per_batch * gamma(count) * max(
         _max(sc[f"grad_{b}"][0]) for sc in train_sc) for b in blocks}
     D = _response(inputs, out, eps, backend)
-    logged = "W" if model == "shallow" else "u"
     floors = {"train_loss": max(float(sc["loss"][0]) for sc in train_sc),
               f"grad_norm_{logged}": per_batch * max(float(np.linalg.norm(sc[f"grad_{logged}"][0])) for sc in train_sc)}
     if "X_val" in inputs:

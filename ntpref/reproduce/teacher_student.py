@@ -57,7 +57,7 @@ def train_student(data: TeacherStudent, m: int, seed: int, steps: int, n_train: 
     params = shallow.paired_init(m, D, seed + INIT_SEED_OFFSET)
     sgd = {} if batch is None else dict(batch_size=batch, seed=seed + SGD_SEED_OFFSET)
     res = shallow.train(train, params, eta=student_eta(steps), steps=steps, rho=(RHO,) * 3, **sgd)
-    r = shallow.forward(shallow.prepare(data.X_val), *res.params.values()).f - data.y_val
+    r = shallow.forward(shallow.prepare(data.X_val), *(res.params[b] for b in shallow.Params._fields)).f - data.y_val
     return dict(min_train_loss=res.min_train_loss, final_train_loss=res.final_train_loss,
                 final_val_loss=float(np.mean(r * r)), train_loss=res.train_loss,
                 cpu_seconds=time.process_time() - start)

@@ -174,7 +174,6 @@ def _hidden_np(X, u, W_in, activation):
     return H
 
 
-
 def _loss_grad_np(X, y, c, u, W_in, kappa, activation):
     """(f, grad_c, grad_u, grad_W_in) by the BPTT of the module docstring, all samples at once."""
     n, T, _ = X.shape
