@@ -180,7 +180,7 @@ def test_step_sizes_counts_radii(tmp_path, capsys):
 
 
 def test_library_options():
-    with pytest.raises(InputError, match="m must be even"):
+    with pytest.raises(InputError, match="even width"):
         shallow.paired_init(5, 3, seed=0)
     with pytest.raises(InputError, match="even width"):
         indrnn.paired_init(3, 2, seed=0)

@@ -45,6 +45,17 @@ def check_kappa(kappa) -> float:
     return kappa
 
 
+def check_init(m, d, seed, *, paired: bool) -> tuple[int, int, np.random.Generator]:
+    """(m, d, np.random.default_rng(seed)) of an initialisation of m heads (units) for tokens of dimension d:
+    m, d ≥ 1 and seed ≥ 0 as integers; m even when ``paired`` (the heads come in pairs)."""
+    m = as_scalar("m", m, kind="int", low=1)
+    d = as_scalar("d", d, kind="int", low=1)
+    seed = as_scalar("seed", seed, kind="int", low=0)
+    if paired and m % 2:
+        raise InputError(f"array 'm': paired initialisation needs an even width (heads come in pairs), got {m}")
+    return m, d, np.random.default_rng(seed)
+
+
 def loss_from_outputs(f: np.ndarray, y: np.ndarray, kappa: float) -> float:
     """loss = (κ / 2n) Σ_j (f_j − y_j)² for outputs f [n] and targets y [n] (no validation; +inf when the
     residuals overflow, e.g. in a diverging run)."""

@@ -35,7 +35,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..checks import as_float, as_scalar
+from ..checks import as_float
 from ..errors import InputError
 from . import evaluation, indrnn_kernels
 from .activation import activation_code, activation_name, dsigma_np, sigma_np
@@ -137,12 +137,7 @@ def paired_init(m, d, seed) -> Params:
     half (rows m/2..m−1) copies W_in and u and flips c. m must be even. Draws, from
     ``np.random.default_rng(seed)`` in this order: W_in half, u signs, c signs.
     """
-    m = as_scalar("m", m, kind="int", low=2)
-    if m % 2:
-        raise InputError(f"array 'm': paired initialisation needs an even width, got {m}")
-    d = as_scalar("d", d, kind="int", low=1)
-    seed = as_scalar("seed", seed, kind="int", low=0)
-    rng = np.random.default_rng(seed)
+    m, d, rng = evaluation.check_init(m, d, seed, paired=True)
     half = m // 2
     W_half = rng.standard_normal((half, d))
     u_half = 1.5 * (2.0 * rng.integers(0, 2, half) - 1.0)

@@ -184,15 +184,6 @@ def head_states(data: Batch, U, W, *, backend="numba") -> HeadStates:
     return HeadStates(s, np.ascontiguousarray(a.transpose(0, 2, 1)), np.ascontiguousarray(MU.transpose(0, 2, 1)))
 
 
-def _check_init(m, d, seed, paired: bool):
-    m = as_scalar("m", m, kind="int", low=1)
-    d = as_scalar("d", d, kind="int", low=1)
-    seed = as_scalar("seed", seed, kind="int", low=0)
-    if paired and m % 2:
-        raise InputError(f"paired_init: m must be even (heads come in pairs), got m = {m}")
-    return m, d, np.random.default_rng(seed)
-
-
 def _draw(rng, k: int, d: int) -> Params:
     """k heads: W [k, d, d] then U [k, d] i.i.d. N(0, 1), then c [k] = ±1 uniform (in this order)."""
     W = rng.standard_normal((k, d, d))
@@ -205,7 +196,7 @@ def paired_init(m, d, seed) -> Params:
     """Paired initialisation (docs/shallow.md §1): heads i < m/2 drawn by :func:`_draw` from
     ``np.random.default_rng(seed)``; heads m/2.. copy W, U and flip c (stored as the second half),
     so f ≡ 0. Returns Params(c [m], U [m, d], W [m, d, d])."""
-    m, d, rng = _check_init(m, d, seed, paired=True)
+    m, d, rng = evaluation.check_init(m, d, seed, paired=True)
     c, U, W = _draw(rng, m // 2, d)
     return Params(np.concatenate([c, -c]), np.concatenate([U, U]), np.concatenate([W, W]))
 
@@ -213,5 +204,5 @@ def paired_init(m, d, seed) -> Params:
 def iid_init(m, d, seed) -> Params:
     """Independent initialisation: all m heads drawn by :func:`_draw` (f ≠ 0 at init).
     Returns Params(c [m], U [m, d], W [m, d, d])."""
-    m, d, rng = _check_init(m, d, seed, paired=False)
+    m, d, rng = evaluation.check_init(m, d, seed, paired=False)
     return _draw(rng, m, d)
