@@ -45,7 +45,8 @@ from .teacher_student import INIT_SEED_OFFSET, TRAIN_FRACTION
 DESCRIPTION = "transformer vs IndRNN on AR(L): min validation MSE, gradient-norm block maxima and validation curves"
 
 MODELS = ("shallow", "indrnn")
-LABELS = {"shallow": r"transformer ($\|\nabla_W L\|_F$)", "indrnn": r"IndRNN ($\|\nabla_u L\|$)"}
+NAMES = {"shallow": "transformer", "indrnn": "IndRNN"}
+GRADIENTS = {"shallow": r"$\|\nabla_W L\|_F$", "indrnn": r"$\|\nabla_u L\|$"}   # what the gradient metric measures
 COEF = 0.9   # x_t = COEF · x_{t−L} + ε_t
 MSE_FLOOR = 1 - COEF ** 2
 """The best possible validation MSE of the standardised target: the innovation variance over the series'
@@ -141,10 +142,11 @@ def summarize(results, outdir) -> Summary:
         lags, groups = by_axis(rows, "lag", "min_val_mse")
         groups = _finite(groups)
         mean, ci = stats(groups)
-        ci_errorbar(axes[0], lags, mean, ci, label=LABELS[model], color=color, marker=marker)
+        label = f"{NAMES[model]} ({GRADIENTS[model]})"
+        ci_errorbar(axes[0], lags, mean, ci, label=label, color=color, marker=marker)
         grad = [pooled_blocks([a["block_max"] for p, a in rows if p["lag"] == L]) for L in lags]
         g_mean, g_ci = np.array([g[0] for g in grad]), np.array([g[1] for g in grad])
-        ci_errorbar(axes[1], lags, g_mean, g_ci, label=LABELS[model], color=color, marker=marker)
+        ci_errorbar(axes[1], lags, g_mean, g_ci, label=label, color=color, marker=marker)
         _, gains = by_axis(rows, "lag", lambda a: tail_gain(a["val_loss"]) if not a["diverged"] else math.nan)
         gains = _finite(gains)
         for i, L in enumerate(lags):
@@ -152,7 +154,7 @@ def summarize(results, outdir) -> Summary:
             if curves.size:
                 axes[2].plot(np.arange(1, curves.shape[1] + 1), curves.mean(axis=0), color=color, lw=1.2,
                              alpha=0.4 + 0.6 * i / max(1, len(lags) - 1), ls="-" if model == "shallow" else "--",
-                             label=f"{model}, L = {int(L)}")
+                             label=f"{NAMES[model]}, L = {int(L)}")
             g, (gm, gc, nb), tg = groups[i], grad[i], gains[i]
             table.append((model, int(L), len(g), f"{mean[i]:.4g} ± {ci[i]:.2g}",
                           f"{np.median(g):.4g}" if len(g) else "-", f"{gm:.4g} ± {gc:.2g}", nb,
