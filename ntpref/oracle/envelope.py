@@ -76,9 +76,9 @@ def evaluation_scales(model: str, kind: str, inputs: Mapping[str, np.ndarray],
         first = _magnitudes(model, inputs, W_ov=inputs["W_ov"], W_kq=inputs["W_kq"])
         return {"stage1_loss": max(float(first["loss0"]), _largest(ends, "loss0")),
                 "stage2_loss": _largest(ends, "loss"), "loss_floor": _largest(ends, "loss")}
-    from ..shallow.projgd import adapter
+    from ..shallow.projgd import model_named
 
-    logged = adapter(model).logged
+    logged = model_named(model).logged
     out = {"train_loss": _largest(ends, "loss"),
            f"grad_norm_{logged}": _per_batch(inputs) * _largest(ends, f"grad_{logged}", np.linalg.norm)}
     if "X_val" in inputs:

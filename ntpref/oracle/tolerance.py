@@ -403,9 +403,9 @@ def eval_scales(model: str, inputs: Mapping[str, np.ndarray], kind: str = "eval"
     if model == "twostage":
         return _twostage_eval(inputs)
     from ..shallow.contract import input_data, input_kappa
-    from ..shallow.projgd import adapter
+    from ..shallow.projgd import model_named
 
-    spec = adapter(model)
+    spec = model_named(model)
     data = input_data(model, inputs)
     params = spec.check_params(*(inputs[b] for b in spec.blocks), d=data.X.shape[2])
     if kind == "ntk":
@@ -545,10 +545,10 @@ def _shallow_train(model: str, inputs: Mapping[str, np.ndarray], names, backend:
     (M(g) at θ(0) and at the final θ; ×n/B for a minibatch of B); one rerun with every block moved
     measures the responses D. train_loss[t] and grad_norm[t] (at θ(t)) have t injections behind them,
     val_loss[t] (at θ(t+1)) t + 1, the final blocks ``steps``."""
-    from ..shallow.projgd import adapter
+    from ..shallow.projgd import model_named
     from . import contract
 
-    spec = adapter(model)
+    spec = model_named(model)
     blocks, logged = spec.blocks, spec.logged
     train_only = ("eta", "steps", "rho", "X_val", "y_val", "batch", "seed")
     base = {k: v for k, v in inputs.items() if k not in train_only}

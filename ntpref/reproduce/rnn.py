@@ -35,7 +35,7 @@ from tabulate import tabulate
 
 from ..errors import InputError
 from .. import shallow
-from ..shallow.projgd import adapter
+from ..shallow.projgd import model_named
 from . import Summary
 from .configs import by_axis, select_config
 from .plots import ci_errorbar, pyplot, save_figure
@@ -116,8 +116,9 @@ def cell(model, lag, seed, m, n, steps, block) -> dict:
         nan = math.nan
         return dict(min_val_mse=nan, min_train_mse=nan, final_val_mse=nan, block_max=np.full(steps // block, nan),
                     val_loss=np.full(steps, nan), diverged=1, cpu_seconds=time.process_time() - start)
+    logged = res.grad_norms[model_named(model).logged]
     return dict(min_val_mse=float(res.val_loss.min()), min_train_mse=res.min_train_loss,
-                final_val_mse=res.final_val_loss, block_max=block_maxima(res.grad_norms[adapter(model).logged], block),
+                final_val_mse=res.final_val_loss, block_max=block_maxima(logged, block),
                 val_loss=res.val_loss, diverged=0, cpu_seconds=time.process_time() - start)
 
 

@@ -22,8 +22,9 @@ import numpy as np
 from ..checks import MAX_STEPS, as_float, as_scalar, check_names
 from ..errors import InputError
 from ..progress import silent
+from . import evaluation
 from .evaluation import check_X
-from .projgd import adapter, check_minibatch
+from .projgd import check_minibatch, model_named
 from .projgd import train as train_model
 
 _OPTION_KINDS = {"tau_att": "float", "mask_last_key": "bool", "activation": "str"}
@@ -34,7 +35,7 @@ _TRAIN_OPTIONAL = ("rho", "X_val", "y_val", "batch", "seed")
 def input_options(model: str, arrays: Mapping[str, np.ndarray]) -> dict:
     """The options of ``model``'s ``prepare`` present in the arrays of an input (shallow: tau_att,
     mask_last_key, activation; indrnn: activation), as Python values; absent options are left out."""
-    return {k: as_scalar(k, arrays[k], kind=_OPTION_KINDS[k]) for k in adapter(model).options if k in arrays}
+    return {k: as_scalar(k, arrays[k], kind=_OPTION_KINDS[k]) for k in model_named(model).options if k in arrays}
 
 
 def input_kappa(arrays: Mapping[str, np.ndarray]) -> float:
@@ -45,12 +46,12 @@ def input_kappa(arrays: Mapping[str, np.ndarray]) -> float:
 def input_data(model: str, arrays: Mapping[str, np.ndarray]):
     """The prepared data of an input: ``X``, ``y`` (when present) and the options, by the model's
     ``prepare`` (a :class:`ntpref.shallow.model.Batch` or :class:`ntpref.shallow.indrnn.Batch`)."""
-    return adapter(model).prepare(arrays["X"], arrays.get("y"), **input_options(model, arrays))
+    return model_named(model).prepare(arrays["X"], arrays.get("y"), **input_options(model, arrays))
 
 
 def _parse(model: str, arrays: Mapping[str, np.ndarray], required=(), optional=(), what="eval"):
-    """(adapter, prepared data, params, kappa) after checking the names of ``arrays``."""
-    spec = adapter(model)
+    """(model, prepared data, params, kappa) after checking the names of ``arrays``."""
+    spec = model_named(model)
     check_names(arrays, ("X", "y") + spec.blocks + tuple(required), ("kappa",) + spec.options + tuple(optional),
                 f"{what} input of model {model!r}")
     return spec, input_data(model, arrays), [arrays[b] for b in spec.blocks], input_kappa(arrays)
@@ -59,7 +60,7 @@ def _parse(model: str, arrays: Mapping[str, np.ndarray], required=(), optional=(
 def evaluate(model: str, arrays: Mapping[str, np.ndarray], backend: str = "numba") -> dict[str, np.ndarray]:
     """``ntpref eval``: f, loss and the gradient of every block."""
     spec, data, params, kappa = _parse(model, arrays)
-    result = spec.loss_and_grad(data, *params, kappa=kappa, backend=backend)
+    result = evaluation.loss_and_grad(spec, data, params, kappa=kappa, backend=backend)
     out = {"f": result.f, "loss": np.array(result.loss)}
     out.update({f"grad_{b}": g for b, g in zip(spec.blocks, result[1:-1])})
     return out

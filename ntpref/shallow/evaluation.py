@@ -1,6 +1,8 @@
 """What the two models of paper (2), the shallow transformer (:mod:`ntpref.shallow.model`) and the IndRNN
 (:mod:`ntpref.shallow.indrnn`), share: the samples X [n, T, d] and targets y [n], the loss convention, and
-the evaluation of a model's two backends (:func:`forward`, :func:`loss_and_grad`).
+the evaluation of a model's two backends (:func:`forward`, :func:`loss_and_grad`, and their ``_checked`` forms
+for arguments validated once, as in a training loop), and :class:`Model`, the record through which the trainer
+and the file contract handle either model.
 
 Loss convention (κ ∈ {1, 2}, docs/shallow.md §2): with outputs f [n] and residuals r_j = f_j − y_j,
 
@@ -71,52 +73,79 @@ class Forward(NamedTuple):
     f: np.ndarray
 
 
-class ModelFunctions(NamedTuple):
-    """A model's pieces for :func:`forward` and :func:`loss_and_grad`.
+class Model(NamedTuple):
+    """One model of paper (2) as the shared evaluation below, the trainer (:mod:`ntpref.shallow.projgd`) and
+    the file contract see it.
 
-    prepare_name: the name of the model's ``prepare`` (for errors); Batch: its prepared-data type (fields X
-    and y among others); check_params(*params, d=): the parameters validated as float64 for tokens of
-    dimension d (the model's ``Params``); outputs(data, params, backend): f [n];
-    gradients(data, params, kappa, backend): (f [n], the gradients in parameter order); LossAndGrad:
-    the model's result (loss, grad_..., f)."""
+    name: the model's name in files and results ("shallow" | "indrnn"); prepare_name: the public name of its
+    prepare (for errors); prepare(X, y=None, **options): its prepared data, a ``Batch``, whose fields after
+    X and y are those options; Params: the parameter type, whose fields are the blocks in call order (each
+    [m, ...], head first); check_params(*params, d=): the parameters validated as float64 for tokens of
+    dimension d (a Params); outputs(data, params, backend): f [n]; gradients(data, params, kappa, backend):
+    (f [n], the gradients in block order); LossAndGrad: the model's result (loss, grad_<block>..., f);
+    logged: the block whose gradient norm the file contract reports."""
+    name: str
     prepare_name: str
+    prepare: Callable
     Batch: type
+    Params: type
     check_params: Callable
     outputs: Callable
     gradients: Callable
     LossAndGrad: type
+    logged: str
+
+    @property
+    def blocks(self) -> tuple[str, ...]:
+        """The parameter names in call order."""
+        return self.Params._fields
+
+    @property
+    def options(self) -> tuple[str, ...]:
+        """The keyword options of ``prepare`` (shallow: tau_att, mask_last_key, activation; indrnn: activation)."""
+        return self.Batch._fields[2:]
 
 
-def check_data(model: ModelFunctions, data) -> None:
+def check_data(model: Model, data) -> None:
     """InputError unless ``data`` is the model's prepared data."""
     if not isinstance(data, model.Batch):
         raise InputError(f"data: expected the prepared data of {model.prepare_name}(X, y), got "
                          f"{type(data).__module__}.{type(data).__qualname__}")
 
 
-def forward(model: ModelFunctions, data, params, *, kappa, backend) -> Forward:
-    """Forward(loss, f) of ``model`` at ``params`` (its parameters in order, validated here): f refused
-    (NonFiniteError) when not finite; the loss only when ``data`` has targets."""
+def forward(model: Model, data, params, *, kappa, backend) -> Forward:
+    """Forward(loss, f) of ``model`` at ``params`` (its parameters in order), all validated here:
+    :func:`forward_checked`."""
     check_data(model, data)
     kappa = check_kappa(kappa)
     check_backend(backend)
-    params = model.check_params(*params, d=data.X.shape[2])
+    return forward_checked(model, data, model.check_params(*params, d=data.X.shape[2]), kappa, backend)
+
+
+def forward_checked(model: Model, data, params, kappa: float, backend: str) -> Forward:
+    """:func:`forward` on validated arguments (``params`` from model.check_params), as a training loop calls
+    it every step: f refused (NonFiniteError) when not finite; the loss only when ``data`` has targets."""
     with np.errstate(over="ignore", invalid="ignore"):  # an overflow is refused by require_finite below
         f = model.outputs(data, params, backend)
     require_finite(f=f)
     return Forward(None if data.y is None else loss_from_outputs(f, data.y, kappa), f)
 
 
-def loss_and_grad(model: ModelFunctions, data, params, *, kappa, backend):
-    """model.LossAndGrad(loss, grad_<param>..., f) at ``params`` (validated here); the data must have
-    targets; every output refused (NonFiniteError) when not finite."""
+def loss_and_grad(model: Model, data, params, *, kappa, backend):
+    """model.LossAndGrad(loss, grad_<block>..., f) at ``params``, all validated here (the data must have
+    targets): :func:`loss_and_grad_checked`."""
     check_data(model, data)
     kappa = check_kappa(kappa)
     check_backend(backend)
     if data.y is None:
         raise InputError("array 'y': the loss needs targets y [n]")
-    params = model.check_params(*params, d=data.X.shape[2])
+    return loss_and_grad_checked(model, data, model.check_params(*params, d=data.X.shape[2]), kappa, backend)
+
+
+def loss_and_grad_checked(model: Model, data, params, kappa: float, backend: str):
+    """:func:`loss_and_grad` on validated arguments (``params`` from model.check_params, data with targets),
+    as a training loop calls it every step; every output refused (NonFiniteError) when not finite."""
     f, *grads = model.gradients(data, params, kappa, backend)
     loss = loss_from_outputs(f, data.y, kappa)
-    require_finite(f=f, loss=loss, **{f"grad_{name}": g for name, g in zip(params._fields, grads)})
+    require_finite(f=f, loss=loss, **{f"grad_{name}": g for name, g in zip(model.blocks, grads)})
     return model.LossAndGrad(loss, *grads, f)

@@ -110,14 +110,15 @@ def _gradients(data: Batch, p: Params, kappa: float, backend: str):
     return f, grad_c, grad_u, np.ascontiguousarray(grad_WT.T)
 
 
-_MODEL = evaluation.ModelFunctions("ntpref.shallow.indrnn.prepare", Batch, check_params, _outputs, _gradients,
-                                   LossAndGrad)
+#: The IndRNN as the shared evaluation, the trainer and the file contract see it (evaluation.Model).
+MODEL = evaluation.Model("indrnn", "ntpref.shallow.indrnn.prepare", prepare, Batch, Params, check_params, _outputs,
+                         _gradients, LossAndGrad, logged="u")
 
 
 def forward(data: Batch, c, u, W_in, *, kappa=2.0, backend="numba") -> Forward:
     """Forward(loss, f): the IndRNN outputs f [n] = m^{−1/2} Σ_i c_i h_{T,i} for every sample and, when the
     data has targets, loss = (κ/2n) Σ_j (f_j − y_j)² (else None)."""
-    return evaluation.forward(_MODEL, data, (c, u, W_in), kappa=kappa, backend=backend)
+    return evaluation.forward(MODEL, data, (c, u, W_in), kappa=kappa, backend=backend)
 
 
 def loss_and_grad(data: Batch, c, u, W_in, *, kappa=2.0, backend="numba") -> LossAndGrad:
@@ -127,7 +128,7 @@ def loss_and_grad(data: Batch, c, u, W_in, *, kappa=2.0, backend="numba") -> Los
     gradients of the returned loss (output gradient g_j = κ r_j / n), by closed-form BPTT. The data must
     have targets y.
     """
-    return evaluation.loss_and_grad(_MODEL, data, (c, u, W_in), kappa=kappa, backend=backend)
+    return evaluation.loss_and_grad(MODEL, data, (c, u, W_in), kappa=kappa, backend=backend)
 
 
 def paired_init(m, d, seed) -> Params:
@@ -151,7 +152,7 @@ def paired_init(m, d, seed) -> Params:
 def hidden_states(data: Batch, u, W_in) -> np.ndarray:
     """H [T+1, n, m]: H[t] = h_t of every sample (H[0] = 0), by the NumPy recurrence of the module
     docstring (u [m], W_in [m, d])."""
-    evaluation.check_data(_MODEL, data)
+    evaluation.check_data(MODEL, data)
     u = as_float("u", u, (None,))
     return _hidden_np(data.X, u, as_float("W_in", W_in, (u.shape[0], data.X.shape[2])), data.activation)
 

@@ -150,13 +150,15 @@ def _gradients(data: Batch, p: Params, kappa: float, backend: str):
     return f, grad_c, np.ascontiguousarray(grad_U.T), np.ascontiguousarray(grad_W.transpose(2, 0, 1))
 
 
-_MODEL = evaluation.ModelFunctions("ntpref.shallow.prepare", Batch, check_params, _outputs, _gradients, LossAndGrad)
+#: The transformer as the shared evaluation, the trainer and the file contract see it (evaluation.Model).
+MODEL = evaluation.Model("shallow", "ntpref.shallow.prepare", prepare, Batch, Params, check_params, _outputs,
+                         _gradients, LossAndGrad, logged="W")
 
 
 def forward(data: Batch, c, U, W, *, kappa=2.0, backend="numba") -> Forward:
     """Forward(loss, f): outputs f [n] = m^{-1/2} Σ_i c_i σ(U_i^T a_i(X_j)) (docs/shallow.md §1) and, when
     the data has targets, loss = (κ/2n) Σ_j (f_j − y_j)² (else None)."""
-    return evaluation.forward(_MODEL, data, (c, U, W), kappa=kappa, backend=backend)
+    return evaluation.forward(MODEL, data, (c, U, W), kappa=kappa, backend=backend)
 
 
 def loss_and_grad(data: Batch, c, U, W, *, kappa=2.0, backend="numba") -> LossAndGrad:
@@ -165,14 +167,14 @@ def loss_and_grad(data: Batch, c, U, W, *, kappa=2.0, backend="numba") -> LossAn
       grad_c_i = m^{-1/2} Σ_j g_j σ(s_ji),  grad_U_i = Σ_j e_ji a_ji,
       grad_W_i = τ_att^{-1} Σ_j e_ji (M U)_ji q_j^T.
     The data must have targets y. Cost O(n m (d² + T d)); no d×d×T tensor."""
-    return evaluation.loss_and_grad(_MODEL, data, (c, U, W), kappa=kappa, backend=backend)
+    return evaluation.loss_and_grad(MODEL, data, (c, U, W), kappa=kappa, backend=backend)
 
 
 def head_states(data: Batch, U, W, *, backend="numba") -> HeadStates:
     """HeadStates(s [n, m], a [n, m, d], MU [n, m, d]): s = U_i^T a_i (pre-activation),
     a_i = Σ_t α_t x_t, MU = M_i U_i = Σ_t α_t x_t (x_t^T U_i − s_i). Everything the NTK features
     ∂f/∂θ_i and the teacher need (docs/shallow.md §2, §4)."""
-    evaluation.check_data(_MODEL, data)
+    evaluation.check_data(MODEL, data)
     check_backend(backend)
     U, W = check_heads(U, W, d=data.X.shape[2])
     if backend == "numpy":

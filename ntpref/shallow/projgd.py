@@ -30,57 +30,22 @@ from ..errors import InputError, NonFiniteError
 from ..progress import silent
 from . import indrnn
 from . import model as transformer
-from .evaluation import check_kappa
+from .evaluation import Model, check_kappa, forward_checked, loss_and_grad_checked
 from .projection import head_radii, project
 
 
-@dataclass(frozen=True)
-class ModelAdapter:
-    """What the trainer and the file contract need to know about a model.
-
-    name: the model's name in files and results ("shallow" | "indrnn"); Batch: its prepared-data type
-    (:func:`train` recognises the model by it), whose fields after X and y are the keyword options of
-    prepare(X, y=None, **options); Params: the parameter type, whose fields are the blocks in call order
-    (each [m, ...], head first); check_params(*params, d=): the parameters validated; forward /
-    loss_and_grad: the model's functions; logged: the block whose gradient norm the file contract reports.
-    """
-    name: str
-    Batch: type
-    prepare: Callable
-    Params: type
-    check_params: Callable
-    forward: Callable
-    loss_and_grad: Callable
-    logged: str
-
-    @property
-    def blocks(self) -> tuple[str, ...]:
-        """The parameter names in call order."""
-        return self.Params._fields
-
-    @property
-    def options(self) -> tuple[str, ...]:
-        """The keyword options of ``prepare`` (shallow: tau_att, mask_last_key, activation; indrnn: activation)."""
-        return self.Batch._fields[2:]
+MODELS = {spec.name: spec for spec in (transformer.MODEL, indrnn.MODEL)}
 
 
-MODELS = {spec.name: spec for spec in (
-    ModelAdapter("shallow", transformer.Batch, transformer.prepare, transformer.Params, transformer.check_params,
-                 transformer.forward, transformer.loss_and_grad, "W"),
-    ModelAdapter("indrnn", indrnn.Batch, indrnn.prepare, indrnn.Params, indrnn.check_params, indrnn.forward,
-                 indrnn.loss_and_grad, "u"),
-)}
+def model_named(name: str) -> Model:
+    """The :class:`ntpref.shallow.evaluation.Model` called ``name`` ("shallow" | "indrnn")."""
+    if name not in MODELS:
+        raise InputError(f"unknown model {name!r}; known: {', '.join(MODELS)}")
+    return MODELS[name]
 
 
-def adapter(model: str) -> ModelAdapter:
-    """The :class:`ModelAdapter` of ``model`` ("shallow" | "indrnn")."""
-    if model not in MODELS:
-        raise InputError(f"unknown model {model!r}; known: {', '.join(MODELS)}")
-    return MODELS[model]
-
-
-def adapter_of(data) -> ModelAdapter:
-    """The :class:`ModelAdapter` of prepared data, by its type."""
+def model_of(data) -> Model:
+    """The :class:`ntpref.shallow.evaluation.Model` of prepared data, by its type."""
     for spec in MODELS.values():
         if type(data) is spec.Batch:
             return spec
@@ -127,7 +92,7 @@ class TrainResult:
         return None if self.val_loss is None else float(self.val_loss[-1])
 
 
-def _check_val(spec: ModelAdapter, data, val):
+def _check_val(spec: Model, data, val):
     """The validation data: prepared data of the same model and options as ``data``, with targets."""
     if type(val) is not spec.Batch:
         raise InputError(f"val: expected prepared data of the same model as data ({spec.name}), got "
@@ -153,7 +118,7 @@ def train(data, params: Sequence[np.ndarray], *, eta, steps, rho=None, batch_siz
     radius ρ_b per block (None / inf = that block unprojected). val: prepared validation data of the same
     model and options. progress(label, done, total) is called after every step.
     """
-    spec = adapter_of(data)
+    spec = model_of(data)
     kappa = check_kappa(kappa)
     check_backend(backend)
     eta = as_scalar("eta", eta, low=0.0, low_open=True)
@@ -164,14 +129,13 @@ def train(data, params: Sequence[np.ndarray], *, eta, steps, rho=None, batch_siz
     if len(params) != len(spec.blocks):
         raise InputError(f"model {spec.name!r}: expected {len(spec.blocks)} parameter blocks "
                          f"({', '.join(spec.blocks)}), got {len(params)}")
-    theta = tuple(spec.check_params(*params, d=data.X.shape[2]))
+    theta = spec.check_params(*params, d=data.X.shape[2])   # validated once: the steps call the checked forms
     radii = head_radii(rho, theta[0].shape[0], len(spec.blocks))
     if val is not None:
         val = _check_val(spec, data, val)
     batch_size, seed = check_minibatch(batch_size, seed, n)
     rng = None if batch_size is None else np.random.default_rng(seed)
     label = f"{spec.name} {'ProjGD' if rng is None else 'ProjSGD'}"
-    evaluate = dict(kappa=kappa, backend=backend)
 
     centre = tuple(p.copy() for p in theta)
     train_loss = np.empty(steps)
@@ -181,22 +145,22 @@ def train(data, params: Sequence[np.ndarray], *, eta, steps, rho=None, batch_siz
         try:
             with np.errstate(over="ignore", invalid="ignore"):  # divergence is reported just below
                 if rng is None:
-                    train_loss[t], *grads, _ = spec.loss_and_grad(data, *theta, **evaluate)
+                    train_loss[t], *grads, _ = loss_and_grad_checked(spec, data, theta, kappa, backend)
                 else:
                     idx = rng.integers(0, n, size=batch_size)
                     mini = data._replace(X=data.X[idx], y=data.y[idx])   # rows of prepared data
-                    _, *grads, _ = spec.loss_and_grad(mini, *theta, **evaluate)
-                    train_loss[t] = spec.forward(data, *theta, **evaluate).loss
+                    _, *grads, _ = loss_and_grad_checked(spec, mini, theta, kappa, backend)
+                    train_loss[t] = forward_checked(spec, data, theta, kappa, backend).loss
                 for b, g in enumerate(grads):
                     norms[b, t] = math.sqrt(np.sum(g * g))
-                theta = project([p - eta * g for p, g in zip(theta, grads)], centre, radii)
+                theta = spec.Params(*project([p - eta * g for p, g in zip(theta, grads)], centre, radii))
         except NonFiniteError:
             train_loss[t] = math.inf
         if not (np.isfinite(train_loss[t]) and all(np.isfinite(p).all() for p in theta)):
             raise InputError(f"training diverged at step {t}: non-finite loss or parameters "
                              f"(eta = {eta} too large?)")
         if val_loss is not None:
-            val_loss[t] = spec.forward(val, *theta, **evaluate).loss
+            val_loss[t] = forward_checked(spec, val, theta, kappa, backend).loss
         progress(label, t + 1, steps)
     return TrainResult(spec.name, dict(zip(spec.blocks, theta)), train_loss, val_loss,
-                       dict(zip(spec.blocks, norms)), spec.forward(data, *theta, **evaluate).loss)
+                       dict(zip(spec.blocks, norms)), forward_checked(spec, data, theta, kappa, backend).loss)
