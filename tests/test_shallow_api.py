@@ -1,6 +1,7 @@
 """The public API of ntpref.shallow and ntpref.shallow.indrnn (docs/api.md): the exported names against the
 documented ones, the example of the docs, a cheap import, and data prepared for the model called."""
 import contextlib
+import inspect
 import io
 import re
 import subprocess
@@ -99,3 +100,21 @@ def test_loss_needs_targets(model):
     X, _, params = _problem(model)
     with pytest.raises(InputError, match=r"^array 'y': the loss needs targets y \[n\]$"):
         module.loss_and_grad(module.prepare(X), *params)
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_the_model_record_matches_the_public_api(model):
+    """The record through which the trainer and the file contract handle a model (evaluation.Model) names
+    the module's own prepare, types and results: options = prepare's keywords, LossAndGrad = (loss,
+    grad_<block> per block in order, f), the logged block one of the blocks."""
+    module, own_prepare = MODELS[model][0], MODELS[model][3]
+    record = shallow.model.MODEL if model == "shallow" else indrnn.MODEL
+    assert record.name == model and shallow.projgd.model_named(model) is record
+    assert record.prepare is module.prepare and record.prepare_name == own_prepare
+    assert record.Batch is module.Batch and record.Params is module.Params and record.LossAndGrad is module.LossAndGrad
+    keywords = [p.name for p in inspect.signature(module.prepare).parameters.values() if p.kind is p.KEYWORD_ONLY]
+    assert record.options == tuple(keywords) and record.Batch._fields[:2] == ("X", "y")
+    assert record.LossAndGrad._fields == ("loss", *(f"grad_{b}" for b in record.blocks), "f")
+    assert record.logged in record.blocks
+    X, y, params = _problem(model)
+    assert shallow.projgd.model_of(module.prepare(X, y)) is record
