@@ -47,7 +47,7 @@ def model_named(name: str) -> Model:
 def model_of(data) -> Model:
     """The :class:`ntpref.shallow.evaluation.Model` of prepared data, by its type."""
     for spec in MODELS.values():
-        if type(data) is spec.Batch:
+        if isinstance(data, spec.Batch):
             return spec
     raise InputError(f"data: expected prepared data (ntpref.shallow.prepare or ntpref.shallow.indrnn.prepare), "
                      f"got {type(data).__module__}.{type(data).__qualname__}")
@@ -94,7 +94,7 @@ class TrainResult:
 
 def _check_val(spec: Model, data, val):
     """The validation data: prepared data of the same model and options as ``data``, with targets."""
-    if type(val) is not spec.Batch:
+    if not isinstance(val, spec.Batch):
         raise InputError(f"val: expected prepared data of the same model as data ({spec.name}), got "
                          f"{type(val).__module__}.{type(val).__qualname__}")
     if val.y is None:
