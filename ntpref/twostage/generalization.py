@@ -49,10 +49,15 @@ class PartMetrics:
 def evaluate_part(ds: Dataset, W_ov, W_kq, *, backend: str = "numba") -> PartMetrics:
     """:class:`PartMetrics` of W_ov, W_kq [d, d] on the sentences of ``ds`` (x̂ = token with successor = target)."""
     check_backend(backend)
-    xhat = optimal_tokens(ds)
-    fw = model.forward(ds, W_ov, W_kq, backend=backend)
-    accuracy, mass = prediction_metrics(ds, fw.logits, fw.attn, xhat)
-    return PartMetrics(ds.N, accuracy, mass, float(np.mean(np.exp(-fw.losses))))
+    return _part_metrics(model.prepare(ds), optimal_tokens(ds), W_ov, W_kq, backend)
+
+
+def _part_metrics(prep: model.Prepared, xhat: np.ndarray, W_ov, W_kq, backend: str) -> PartMetrics:
+    """:class:`PartMetrics` on the prepared sentences ``prep`` whose x̂ is ``xhat`` [N] (prepared once by the
+    caller, e.g. for every step of a curve)."""
+    fw = model.forward(prep, W_ov, W_kq, backend=backend)
+    accuracy, mass = prediction_metrics(prep, fw.logits, fw.attn, xhat)
+    return PartMetrics(len(xhat), accuracy, mass, float(np.mean(np.exp(-fw.losses))))
 
 
 def evaluate_unseen(split: UnseenSplit, W_ov, W_kq, *, backend: str = "numba") -> dict[str, PartMetrics | None]:
@@ -115,9 +120,10 @@ def generalization_curve(ds: Dataset, split: UnseenSplit | Mapping[str, Dataset 
     named = {p: getattr(split, p) for p in PARTS} if isinstance(split, UnseenSplit) else dict(split)
     parts = {"train": ds, **{p: part for p, part in named.items() if part is not None}}
     curves = {p: {k: np.empty(steps.size) for k in METRICS} for p in parts}
+    prepared = {p: (model.prepare(part), optimal_tokens(part)) for p, part in parts.items()}
     for j, t in enumerate(steps.tolist()):
-        for p, part in parts.items():
-            metrics = evaluate_part(part, result.W_ov, result.snapshots[t], backend=backend)
+        for p, (prep, xhat) in prepared.items():
+            metrics = _part_metrics(prep, xhat, result.W_ov, result.snapshots[t], backend)
             for k in METRICS:
                 curves[p][k][j] = getattr(metrics, k)
     return GeneralizationCurve(steps, curves, {p: part.N for p, part in parts.items()}, result)
