@@ -107,7 +107,7 @@ def test_the_model_record_matches_the_public_api(model):
     """The record through which the trainer and the file contract handle a model (evaluation.Model) names
     the module's own prepare, types and results: options = prepare's keywords, LossAndGrad = (loss,
     grad_<block> per block in order, f), the logged block one of the blocks."""
-    module, own_prepare = MODELS[model][0], MODELS[model][3]
+    module, _, _, own_prepare, _ = MODELS[model]
     record = shallow.model.MODEL if model == "shallow" else indrnn.MODEL
     assert record.name == model and shallow.projgd.model_named(model) is record
     assert record.prepare is module.prepare and record.prepare_name == own_prepare
@@ -116,5 +116,5 @@ def test_the_model_record_matches_the_public_api(model):
     assert record.options == tuple(keywords) and record.Batch._fields[:2] == ("X", "y")
     assert record.LossAndGrad._fields == ("loss", *(f"grad_{b}" for b in record.blocks), "f")
     assert record.logged in record.blocks
-    X, y, params = _problem(model)
+    X, y, _ = _problem(model)
     assert shallow.projgd.model_of(module.prepare(X, y)) is record

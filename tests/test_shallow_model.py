@@ -118,7 +118,7 @@ def test_paired_init_is_seeded():
 
 
 def test_paired_init_needs_even_width():
-    with pytest.raises(InputError, match=r"^array 'm': paired initialisation needs an even width \(heads come in pairs\), got 5$"):
+    with pytest.raises(InputError, match=r"^array 'm': paired initialisation needs an even width \(the second half mirrors the first\), got 5$"):
         paired_init(5, 3, seed=0)
 
 

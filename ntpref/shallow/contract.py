@@ -23,7 +23,6 @@ from ..checks import MAX_STEPS, as_float, as_scalar, check_names
 from ..errors import InputError
 from ..progress import silent
 from . import evaluation
-from .evaluation import check_X
 from .projgd import check_minibatch, model_named
 from .projgd import train as train_model
 
@@ -50,7 +49,8 @@ def input_data(model: str, arrays: Mapping[str, np.ndarray]):
 
 
 def _parse(model: str, arrays: Mapping[str, np.ndarray], required=(), optional=(), what="eval"):
-    """(model, prepared data, params, kappa) after checking the names of ``arrays``."""
+    """(the model's evaluation.Model record, prepared data, params, kappa) after checking the names of
+    ``arrays``."""
     spec = model_named(model)
     check_names(arrays, ("X", "y") + spec.blocks + tuple(required), ("kappa",) + spec.options + tuple(optional),
                 f"{what} input of model {model!r}")
@@ -80,7 +80,7 @@ def train(model: str, arrays: Mapping[str, np.ndarray], backend: str = "numba",
         raise InputError("validation data needs both 'X_val' and 'y_val'")
     val = None
     if "X_val" in arrays:
-        X_val = check_X(arrays["X_val"], "X_val", data.X.shape[2])
+        X_val = evaluation.check_X(arrays["X_val"], "X_val", data.X.shape[2])
         val = spec.prepare(X_val, as_float("y_val", arrays["y_val"], (X_val.shape[0],)),
                            **input_options(model, arrays))
     result = train_model(data, params, eta=as_scalar("eta", arrays["eta"]), steps=ints["steps"], rho=rho,

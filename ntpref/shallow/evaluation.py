@@ -1,8 +1,9 @@
 """What the two models of paper (2), the shallow transformer (:mod:`ntpref.shallow.model`) and the IndRNN
 (:mod:`ntpref.shallow.indrnn`), share: the samples X [n, T, d] and targets y [n], the loss convention, and
 the evaluation of a model's two backends (:func:`forward`, :func:`loss_and_grad`, and their ``_checked`` forms
-for arguments validated once, as in a training loop), and :class:`Model`, the record through which the trainer
-and the file contract handle either model.
+for arguments validated once, as in a training loop), the check of an initialisation's (m, d, seed)
+(:func:`check_init`), and :class:`Model`, the record through which the trainer and the file contract handle
+either model.
 
 Loss convention (κ ∈ {1, 2}, docs/shallow.md §2): with outputs f [n] and residuals r_j = f_j − y_j,
 
@@ -49,12 +50,13 @@ def check_kappa(kappa) -> float:
 
 def check_init(m, d, seed, *, paired: bool) -> tuple[int, int, np.random.Generator]:
     """(m, d, np.random.default_rng(seed)) of an initialisation of m heads (units) for tokens of dimension d:
-    m, d ≥ 1 and seed ≥ 0 as integers; m even when ``paired`` (the heads come in pairs)."""
+    m, d ≥ 1 and seed ≥ 0 as integers; m even when ``paired`` (the second half mirrors the first)."""
     m = as_scalar("m", m, kind="int", low=1)
     d = as_scalar("d", d, kind="int", low=1)
     seed = as_scalar("seed", seed, kind="int", low=0)
     if paired and m % 2:
-        raise InputError(f"array 'm': paired initialisation needs an even width (heads come in pairs), got {m}")
+        raise InputError(f"array 'm': paired initialisation needs an even width (the second half mirrors the first), "
+                         f"got {m}")
     return m, d, np.random.default_rng(seed)
 
 

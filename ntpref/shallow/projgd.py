@@ -49,7 +49,7 @@ def model_of(data) -> Model:
     for spec in MODELS.values():
         if isinstance(data, spec.Batch):
             return spec
-    raise InputError(f"data: expected prepared data (ntpref.shallow.prepare or ntpref.shallow.indrnn.prepare), "
+    raise InputError(f"data: expected prepared data ({' or '.join(s.prepare_name for s in MODELS.values())}), "
                      f"got {type(data).__module__}.{type(data).__qualname__}")
 
 
