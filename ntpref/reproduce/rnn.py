@@ -116,9 +116,9 @@ def cell(model, lag, seed, m, n, steps, block) -> dict:
         nan = math.nan
         return dict(min_val_mse=nan, min_train_mse=nan, final_val_mse=nan, block_max=np.full(steps // block, nan),
                     val_loss=np.full(steps, nan), diverged=1, cpu_seconds=time.process_time() - start)
-    logged = res.grad_norms[model_named(model).logged]
+    norms = res.grad_norms[model_named(model).logged]
     return dict(min_val_mse=float(res.val_loss.min()), min_train_mse=res.min_train_loss,
-                final_val_mse=res.final_val_loss, block_max=block_maxima(logged, block),
+                final_val_mse=res.final_val_loss, block_max=block_maxima(norms, block),
                 val_loss=res.val_loss, diverged=0, cpu_seconds=time.process_time() - start)
 
 
@@ -143,11 +143,11 @@ def summarize(results, outdir) -> Summary:
         lags, groups = by_axis(rows, "lag", "min_val_mse")
         groups = _finite(groups)
         mean, ci = stats(groups)
-        label = f"{NAMES[model]} ({GRADIENTS[model]})"
-        ci_errorbar(axes[0], lags, mean, ci, label=label, color=color, marker=marker)
+        ci_errorbar(axes[0], lags, mean, ci, label=NAMES[model], color=color, marker=marker)
         grad = [pooled_blocks([a["block_max"] for p, a in rows if p["lag"] == L]) for L in lags]
         g_mean, g_ci = np.array([g[0] for g in grad]), np.array([g[1] for g in grad])
-        ci_errorbar(axes[1], lags, g_mean, g_ci, label=label, color=color, marker=marker)
+        ci_errorbar(axes[1], lags, g_mean, g_ci, label=f"{NAMES[model]} ({GRADIENTS[model]})", color=color,
+                    marker=marker)
         _, gains = by_axis(rows, "lag", lambda a: tail_gain(a["val_loss"]) if not a["diverged"] else math.nan)
         gains = _finite(gains)
         for i, L in enumerate(lags):
