@@ -100,7 +100,8 @@ def loss_floor(ds: Dataset, W_ov, xstar=None, *, backend: str = "numba") -> floa
     return model.forward(optimal_token_sentences(ds, xstar), W_ov, None, backend=backend).loss
 
 
-def prediction_metrics(ds: Dataset | model.Prepared, logits: np.ndarray, attn: np.ndarray, xstar: np.ndarray) -> tuple[float, float]:
+def prediction_metrics(ds: Dataset | model.Prepared, logits: np.ndarray, attn: np.ndarray,
+                       xstar: np.ndarray) -> tuple[float, float]:
     """(accuracy, attention mass) of a forward pass over ``ds``: the fraction of sentences whose target logit is
     strictly the largest (a tie counts as wrong), and the mean over sentences of the attention on the token
     ``xstar[i]`` (all its copies). logits [N, K], attn [N, Lmax], xstar [N] int64."""
