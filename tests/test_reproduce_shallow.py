@@ -199,30 +199,29 @@ def test_head_movement_and_kernel_drift_closed_forms():
 def test_checkpoints_and_first_bind():
     np.testing.assert_array_equal(ntk.checkpoint_steps(1000), [0, 125, 250, 500, 1000])
     np.testing.assert_array_equal(ntk.checkpoint_steps(3), [0, 1, 3])
-    p, q = (np.zeros(2),), (np.ones(2),)
-    assert ntk.first_bind([1.0, 0.5, 0.2], [1.0, 0.5, 0.3], p, q) == 2
-    assert ntk.first_bind([1.0, 0.5], [1.0, 0.5], p, q) == 2            # only the final iterate differs
-    assert ntk.first_bind([1.0, 0.5], [1.0, 0.5], p, p) == -1           # never projected
+    zero = np.zeros(4, dtype=np.int64)
+    assert ntk.first_bind({"c": zero, "U": zero, "W": np.array([0, 0, 3, 1])}) == 3   # θ(3) is the first moved
+    assert ntk.first_bind({"c": np.array([0, 0, 0, 2]), "U": zero, "W": zero}) == 4   # only the final iterate
+    assert ntk.first_bind({"c": zero, "U": zero, "W": zero}) == -1                    # never projected
 
 
-def test_projection_binding_detected_and_prefix_runs():
-    # A radius small enough to bind: the projected and unprojected runs agree bitwise up to the first
-    # step the projection acts, the projected heads never leave their balls and some sit on the boundary;
-    # a run of t steps is the prefix of a longer run (the checkpoints rely on it).
+def test_projection_binding_detected():
+    # A radius small enough to bind: the projected and unprojected runs agree bitwise up to the step
+    # first_bind names and differ from it on; the projected heads never leave their balls and some sit on
+    # the boundary.
     data = teacher_student.teacher_data(2, 80, 4, 16)
     theta0 = paired_init(8, teacher_student.D, 7)
     prepared, kw = shallow.prepare(data.X_train, data.y_train), dict(eta=0.2, steps=30)
     proj = shallow.train(prepared, theta0, rho=(0.02,) * 3, **kw)
     free = shallow.train(prepared, theta0, **kw)
-    theta, free_theta = [tuple(r.params[b] for b in ntk.BLOCKS) for r in (proj, free)]
-    t = ntk.first_bind(proj.train_loss, free.train_loss, theta, free_theta)
+    t = ntk.first_bind(proj.projected)
     assert 1 <= t < 30
     np.testing.assert_array_equal(proj.train_loss[:t], free.train_loss[:t])
+    assert proj.train_loss[t] != free.train_loss[t]
+    theta, free_theta = [tuple(r.params[b] for b in ntk.BLOCKS) for r in (proj, free)]
     ratio = ntk.head_movement(theta, theta0, 0.02)
     assert ratio.max() <= 1.0 + 1e-12 and (ratio >= ntk.BOUNDARY).any()
     assert ntk.head_movement(free_theta, theta0, 0.02).max() > 1.0
-    short = shallow.train(prepared, theta0, rho=(0.02,) * 3, eta=0.2, steps=12)
-    np.testing.assert_array_equal(short.train_loss, proj.train_loss[:12])
 
 
 def test_ntk_target(tmp_path):
@@ -237,6 +236,14 @@ def test_ntk_target(tmp_path):
         # at this size no head reaches its ball (max ratio 0.08), so the unprojected run is the same run
         assert a["first_bind"] == -1 and a["min_train_loss"] == a["free_min_train_loss"]
         np.testing.assert_array_equal(a["free_ratio"], a["ratio"][-1])
+    # ... which the cell does not rerun: plain GD run here gives the same loss and movement, bit for bit
+    data = teacher_student.teacher_data(1, 200, 8, 64)
+    theta0 = paired_init(16, teacher_student.D, 1 + teacher_student.INIT_SEED_OFFSET)
+    plain = shallow.train(shallow.prepare(data.X_train, data.y_train), theta0, eta=teacher_student.student_eta(40),
+                          steps=40)
+    assert plain.min_train_loss == train[16]["free_min_train_loss"]
+    np.testing.assert_array_equal(ntk.head_movement(tuple(plain.params.values()), theta0, teacher_student.RHO),
+                                  train[16]["free_ratio"])
     # measured 2.4e-3, 8.8e-4, 2.6e-4: the kernel moves less the wider the student
     assert train[64]["drift"][-1] < train[16]["drift"][-1] < train[4]["drift"][-1]
     assert s.numbers["drift_slope"] == pytest.approx(

@@ -100,6 +100,37 @@ def test_projgd_stays_in_the_balls_and_logs_validation(rng):
     assert all(np.array_equal(one.params[k], v) for k, v in zip("cUW", first)) and one.train_loss[0] == loss
 
 
+def test_checkpoints_and_projected_heads(rng):
+    # The kept iterates are the ends of shorter runs (ProjGD is deterministic); ``projected`` counts, per
+    # step and block, the heads whose value the projection changed, recounted here by hand from each step.
+    X, y = data(rng)
+    prepared, m, rho = prepare(X, y), 4, (0.05, None, 0.3)
+    theta0 = paired_init(m, 3, seed=4)
+    res = train(prepared, theta0, eta=1.0, steps=6, rho=rho, checkpoints=np.array([0, 2, 6]))
+    assert sorted(res.checkpoints) == [0, 2, 6]
+    assert all(np.array_equal(res.checkpoints[0][k], v) for k, v in zip("cUW", theta0))
+    for t in (2, 6):
+        short = train(prepared, theta0, eta=1.0, steps=t, rho=rho)
+        assert all(np.array_equal(res.checkpoints[t][k], short.params[k]) for k in "cUW")
+    theta, radii, counts = theta0, head_radii(rho, m, 3), np.zeros((3, 6), dtype=np.int64)
+    for t in range(6):
+        _, *grads, _ = loss_and_grad(prepared, *theta)
+        stepped = [p - 1.0 * g for p, g in zip(theta, grads)]
+        theta = project(stepped, theta0, radii)
+        counts[:, t] = [np.sum(head_norms(B - B0) > r) if r is not None else 0
+                        for B, B0, r in zip(stepped, theta0, radii)]
+    assert counts[0].any() and counts[2].any() and not counts[1].any()     # both radii act, U is free
+    for b, k in enumerate("cUW"):
+        np.testing.assert_array_equal(res.projected[k], counts[b])
+    # radii no step reaches: nothing projected, and the run is plain GD bit for bit
+    wide = train(prepared, theta0, eta=1.0, steps=6, rho=(100.0,) * 3)
+    plain = train(prepared, theta0, eta=1.0, steps=6)
+    assert not any(v.any() for v in wide.projected.values()) and np.array_equal(wide.train_loss, plain.train_loss)
+    assert all(np.array_equal(wide.params[k], plain.params[k]) for k in "cUW")
+    with pytest.raises(InputError, match="'checkpoints'"):
+        train(prepared, theta0, eta=1.0, steps=6, checkpoints=[7])
+
+
 def test_projsgd_reproducible_from_seed(rng):
     X, y = data(rng, n=20)
     prepared = prepare(X, y)

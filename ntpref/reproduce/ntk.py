@@ -4,16 +4,16 @@ of the paper): does training stay in the kernel regime the analysis assumes, and
 
 Training as :mod:`ntpref.reproduce.width` (the authors' "diagonal" teacher, paired init from
 seed + INIT_SEED_OFFSET, ProjGD with η = 1.75/√steps and ρ = 3 for all blocks) for widths m = 8..256. Cells:
-  ``kind="train"`` (seed, m): the iterates θ(t) at the checkpoints t = steps/8, steps/4, steps/2, steps
-      (each from a run of t steps with the same η: a prefix of the full run, since ProjGD is deterministic)
-      and θ(0), plus one run of plain GD (no projection, same η and steps). Per checkpoint:
+  ``kind="train"`` (seed, m): one ProjGD run of ``steps`` steps, keeping the iterates θ(t) at the checkpoints
+      t = 0, steps/8, steps/4, steps/2, steps. Per checkpoint:
         per-head movement  ratio_{b,i}(t) = ‖B_i(t) − B_i(0)‖ / (ρ/√m) for the blocks b = c, U, W
                            (:func:`head_movement`; ≤ 1 always, = 1 on the boundary of the head's ball);
         kernel drift       ‖K(θ(t)) − K(θ(0))‖_F / ‖K(θ(0))‖_F of the finite-width NTK Gram matrix
                            (:func:`ntpref.shallow.ntk.ntk_gram`) on the first ``n_drift`` training inputs.
-      first_bind: the first step t whose training loss differs from the unprojected run's (:func:`first_bind`):
-      the projection changed the iterate θ(t); −1 if it never did. free_ratio: the unprojected run's
-      movement at the end (how far the heads would go without Ω_ρ).
+      first_bind: the first step t whose iterate θ(t) the projection changed (:func:`first_bind`); −1 if it
+      never did. free_ratio: the movement at the end of plain GD (no projection, same η and steps): how far
+      the heads would go without Ω_ρ. When the projection never acted, the ProjGD run is that plain GD run
+      bit for bit (heads inside their balls are kept unchanged), so it is not run a second time.
   ``kind="gram"`` (seed, m, n_gram): λ_min of K_m(θ(0)) on the first n_gram training inputs.
   ``kind="limit"`` (seed, n_gram): λ_min of the Monte-Carlo limit kernel
       (:func:`ntpref.shallow.ntk.limit_kernel`, ``draws`` heads from default_rng(seed)) on the same inputs.
@@ -99,15 +99,11 @@ def kernel_drift(X, K0: np.ndarray, theta) -> float:
     return float(np.sqrt(np.sum(diff * diff)) / np.sqrt(np.sum(K0 * K0)))
 
 
-def first_bind(train_loss, free_train_loss, params, free_params) -> int:
-    """The first step t at which the projected run's iterate θ(t) differs from the unprojected run's: the
-    first index where the pre-update training losses (L(θ(t)), t = 0..steps−1) differ, else ``steps`` if the
-    final parameters differ, else −1 (the projection never acted)."""
-    a, b = np.asarray(train_loss), np.asarray(free_train_loss)
-    diff = np.flatnonzero(a != b)
-    if diff.size:
-        return int(diff[0])
-    return a.size if any(not np.array_equal(p, q) for p, q in zip(params, free_params, strict=True)) else -1
+def first_bind(projected: dict) -> int:
+    """The first step t whose iterate θ(t) the projection changed: 1 + the first update at which it moved a
+    head of some block (``projected``: :attr:`ntpref.shallow.TrainResult.projected`); −1 if it never did."""
+    acted = np.flatnonzero(np.sum(list(projected.values()), axis=0))
+    return int(acted[0]) + 1 if acted.size else -1
 
 
 def _train_cell(seed, m, n, K, T, steps, n_drift, teacher) -> dict:
@@ -118,16 +114,16 @@ def _train_cell(seed, m, n, K, T, steps, n_drift, teacher) -> dict:
     eta, rho = student_eta(steps), (RHO,) * 3
     K0 = ntk_gram(Xd, *theta0)
     t_at = checkpoint_steps(steps)
+    res = shallow.train(train, theta0, eta=eta, steps=steps, rho=rho, checkpoints=t_at)
     ratio, drift = np.zeros((t_at.size, 3, m)), np.zeros(t_at.size)
     for k, t in enumerate(t_at[1:], start=1):
-        res = shallow.train(train, theta0, eta=eta, steps=int(t), rho=rho)
-        theta = tuple(res.params[b] for b in BLOCKS)
+        theta = tuple(res.checkpoints[int(t)][b] for b in BLOCKS)
         ratio[k], drift[k] = head_movement(theta, theta0, RHO), kernel_drift(Xd, K0, theta)
-    free = shallow.train(train, theta0, eta=eta, steps=steps)
+    bind = first_bind(res.projected)
+    free = res if bind < 0 else shallow.train(train, theta0, eta=eta, steps=steps)
     free_theta = tuple(free.params[b] for b in BLOCKS)
     return dict(t=t_at, ratio=ratio, drift=drift, free_ratio=head_movement(free_theta, theta0, RHO),
-                first_bind=first_bind(res.train_loss, free.train_loss, theta, free_theta),
-                min_train_loss=res.min_train_loss, free_min_train_loss=free.min_train_loss,
+                first_bind=bind, min_train_loss=res.min_train_loss, free_min_train_loss=free.min_train_loss,
                 lambda_min_0=min_eigenvalue(K0), lambda_min_end=min_eigenvalue(ntk_gram(Xd, *theta)),
                 cpu_seconds=time.process_time() - start)
 

@@ -14,7 +14,11 @@ Logs per step t = 0..steps−1:
   train_loss[t]  L_train(θ(t)) on the whole training set, before the update (for ProjSGD this is an
                  extra forward pass, so that the log means the same thing for both methods);
   val_loss[t]    L_val(θ(t+1)) after the update (only with validation data);
-  grad_norms[b][t]  Frobenius norm of the gradient block b actually used for the step.
+  grad_norms[b][t]  Frobenius norm of the gradient block b actually used for the step;
+  projected[b][t]   the number of heads of block b whose value the projection changed at that step (heads
+                 inside their ball are kept bit for bit, so all zeros means θ(t+1) = θ(t) − η g exactly:
+                 the run is plain (S)GD up to that step).
+``checkpoints`` (steps 0 ≤ t ≤ steps) keeps the iterates θ(t) themselves.
 The loss is the models' (κ/2n) Σ r² (κ = 2: the paper's mean squared error).
 """
 from __future__ import annotations
@@ -72,14 +76,16 @@ def check_minibatch(batch_size, seed, n: int, names=("batch_size", "seed")) -> t
 
 @dataclass(frozen=True)
 class TrainResult:
-    """Final parameters (block name → array) and the per-step logs described in the module docstring;
-    model: "shallow" | "indrnn"."""
+    """Final parameters (block name → array), the per-step logs described in the module docstring and the
+    kept iterates (step → block name → array); model: "shallow" | "indrnn"."""
     model: str
     params: dict[str, np.ndarray]
     train_loss: np.ndarray
     val_loss: np.ndarray | None
     grad_norms: dict[str, np.ndarray]
     final_train_loss: float
+    projected: dict[str, np.ndarray]
+    checkpoints: dict[int, dict[str, np.ndarray]]
 
     @property
     def min_train_loss(self) -> float:
@@ -109,14 +115,16 @@ def _check_val(spec: Model, data, val):
 
 
 def train(data, params: Sequence[np.ndarray], *, eta, steps, rho=None, batch_size=None, seed=None, val=None,
-          kappa=2.0, backend="numba", progress: Callable[[str, int, int], None] = silent) -> TrainResult:
+          kappa=2.0, backend="numba", checkpoints: Sequence[int] = (),
+          progress: Callable[[str, int, int], None] = silent) -> TrainResult:
     """ProjGD (``batch_size`` None) or ProjSGD (``batch_size`` = B, needs ``seed``) from θ(0) = ``params``.
 
     data: prepared training data with targets (``ntpref.shallow.prepare`` trains the transformer,
     ``ntpref.shallow.indrnn.prepare`` the IndRNN); params: the model's blocks in order (transformer: c, U, W;
     IndRNN: c, u, W_in); θ(0) is also the centre of the projection balls. rho: None (no projection) or one
     radius ρ_b per block (None / inf = that block unprojected). val: prepared validation data of the same
-    model and options. progress(label, done, total) is called after every step.
+    model and options. checkpoints: steps t (0 ≤ t ≤ steps) whose iterates θ(t) the result keeps
+    (``checkpoints[t]``, block name → array). progress(label, done, total) is called after every step.
     """
     spec = model_of(data)
     kappa = check_kappa(kappa)
@@ -134,6 +142,7 @@ def train(data, params: Sequence[np.ndarray], *, eta, steps, rho=None, batch_siz
     if val is not None:
         val = _check_val(spec, data, val)
     batch_size, seed = check_minibatch(batch_size, seed, n)
+    keep = {as_scalar("checkpoints", t, kind="int", low=0, high=steps) for t in checkpoints}
     rng = None if batch_size is None else np.random.default_rng(seed)
     label = f"{spec.name} {'ProjGD' if rng is None else 'ProjSGD'}"
 
@@ -141,7 +150,15 @@ def train(data, params: Sequence[np.ndarray], *, eta, steps, rho=None, batch_siz
     train_loss = np.empty(steps)
     val_loss = None if val is None else np.empty(steps)
     norms = np.empty((len(spec.blocks), steps))
+    projected = np.zeros((len(spec.blocks), steps), dtype=np.int64)
+    kept = {}
+
+    def snapshot(t):
+        if t in keep:
+            kept[t] = dict(zip(spec.blocks, (p.copy() for p in theta)))
+
     for t in range(steps):
+        snapshot(t)
         try:
             with np.errstate(over="ignore", invalid="ignore"):  # divergence is reported just below
                 if rng is None:
@@ -153,7 +170,10 @@ def train(data, params: Sequence[np.ndarray], *, eta, steps, rho=None, batch_siz
                     train_loss[t] = forward_checked(spec, data, theta, kappa, backend).loss
                 for b, g in enumerate(grads):
                     norms[b, t] = math.sqrt(np.sum(g * g))
-                theta = spec.Params(*project([p - eta * g for p, g in zip(theta, grads)], centre, radii))
+                stepped = [p - eta * g for p, g in zip(theta, grads)]
+                theta = spec.Params(*project(stepped, centre, radii))
+                for b, (after, before) in enumerate(zip(theta, stepped)):
+                    projected[b, t] = np.count_nonzero((after != before).reshape(len(after), -1).any(axis=1))
         except NonFiniteError:
             train_loss[t] = math.inf
         if not (np.isfinite(train_loss[t]) and all(np.isfinite(p).all() for p in theta)):
@@ -162,5 +182,7 @@ def train(data, params: Sequence[np.ndarray], *, eta, steps, rho=None, batch_siz
         if val_loss is not None:
             val_loss[t] = forward_checked(spec, val, theta, kappa, backend).loss
         progress(label, t + 1, steps)
+    snapshot(steps)
     return TrainResult(spec.name, dict(zip(spec.blocks, theta)), train_loss, val_loss,
-                       dict(zip(spec.blocks, norms)), forward_checked(spec, data, theta, kappa, backend).loss)
+                       dict(zip(spec.blocks, norms)), forward_checked(spec, data, theta, kappa, backend).loss,
+                       dict(zip(spec.blocks, projected)), {t: kept[t] for t in sorted(kept)})
