@@ -9,7 +9,9 @@ class Progress:
     """Callable ``progress(label, done, total)`` that prints at most every ``every`` seconds.
 
     The first call always prints, whatever the clock reads; so does the last call of a label
-    (``done == total``), once. ``enabled=False`` prints nothing, so library code can take one
+    (``done == total``), once. The time left is extrapolated from the work done since the label's first
+    call, so a resumed run whose first call already counts finished work (``done`` > 0) is not estimated
+    as if that work had taken no time. ``enabled=False`` prints nothing, so library code can take one
     unconditionally. ``clock`` returns seconds (``time.perf_counter`` unless given, e.g. a fake clock in
     tests).
     """
@@ -17,7 +19,7 @@ class Progress:
     def __init__(self, enabled: bool = True, every: float = 2.0, stream=None, clock=time.perf_counter):
         self.enabled, self.every, self.clock = enabled, every, clock
         self.stream = stream if stream is not None else sys.stderr
-        self._start: dict[str, float] = {}
+        self._start: dict[str, tuple[float, int]] = {}   # label -> (clock, done) at its first call
         self._printed: dict[str, int] = {}
         self._last: float | None = None  # time of the last printed line; None until the first
 
@@ -25,14 +27,14 @@ class Progress:
         if not self.enabled:
             return
         now = self.clock()
-        start = self._start.setdefault(label, now)
+        start, done0 = self._start.setdefault(label, (now, done))
         throttled = self._last is not None and now - self._last < self.every
         if (done < total and throttled) or self._printed.get(label) == done:
             return
         self._printed[label] = done
         self._last = now
         elapsed = now - start
-        left = f", ~{elapsed * (total - done) / done:.1f} s left" if 0 < done < total else ""
+        left = f", ~{elapsed * (total - done) / (done - done0):.1f} s left" if done0 < done < total else ""
         print(f"{label}: {done}/{total} ({elapsed:.1f} s elapsed{left})", file=self.stream, flush=True)
 
 

@@ -131,3 +131,20 @@ def test_progress_prints_first_line_on_a_clock_that_starts_near_zero():
     p("stage 1", 3, 10)          # past `every`: prints
     lines = [ln.split(" (")[0] for ln in out.getvalue().splitlines()]
     assert lines == ["stage 1: 1/10", "stage 1: 3/10"]
+
+
+def test_progress_estimates_a_resumed_run_from_the_work_done_now():
+    """A resumed sweep starts with finished cells counted in ``done``: 30 of 120 at its first call, then
+    one more cell in 200 s leaves 89 cells, about 89 × 200 s, not 89 × 200 / 31."""
+    import io
+
+    from ntpref.progress import Progress
+
+    now = [10.0]
+    out = io.StringIO()
+    p = Progress(every=0, stream=out, clock=lambda: now[0])
+    p("sweep", 30, 120)
+    now[0] = 210.0
+    p("sweep", 31, 120)
+    assert out.getvalue().splitlines() == ["sweep: 30/120 (0.0 s elapsed)",
+                                           "sweep: 31/120 (200.0 s elapsed, ~17800.0 s left)"]
