@@ -38,5 +38,11 @@ class Progress:
         print(f"{label}: {done}/{total} ({elapsed:.1f} s elapsed{left})", file=self.stream, flush=True)
 
 
+    def note(self, text: str) -> None:
+        """Print one line now (unless disabled): an event of the run that is not a count."""
+        if self.enabled:
+            print(text, file=self.stream, flush=True)
+
+
 def silent(label: str, done: int, total: int) -> None:
     """A progress callback that prints nothing."""

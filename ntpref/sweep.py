@@ -9,7 +9,8 @@ an interrupted sweep resumes without recomputing or losing finished cells, and s
 one directory; a cell file that does not load (damaged, e.g. truncated by a copy) or holds other
 parameters is not a finished cell: it is recomputed and replaced, with a warning. :func:`load_results`
 given the grid ignores, with a warning, files of the directory that are not cells of the grid (another
-grid's cells, other files).
+grid's cells, other files). :func:`copy_equivalent` fills cells from another grid's finished cells that
+compute the same result, so two experiments that share cells compute them once.
 
 Executors: a local process pool (default, ``workers`` processes, spawn start method so Numba's threads are
 never forked; they ignore SIGINT, and are stopped when the sweep is interrupted), a Dask distributed
@@ -193,6 +194,41 @@ def _is_finished(path: Path, params: Mapping) -> bool:
     return True
 
 
+def _write_cell(path: Path, params: Mapping, result: Mapping) -> None:
+    """Write one cell's result with its parameters as ``cell_params`` (atomically)."""
+    if PARAMS_KEY in result:
+        raise NtprefError(f"sweep: cell result may not contain '{PARAMS_KEY}'")
+    save_npz(path, {**result, PARAMS_KEY: np.array(json.dumps(dict(params), sort_keys=True))})
+
+
+def copy_equivalent(cells: list[dict], outdir: str | os.PathLike,
+                    sources: Callable[[dict], Iterable[tuple[Path, dict]]]) -> int:
+    """Fill cells of the grid that have no file in ``outdir`` from finished cells of another grid that compute
+    the same result; returns how many were copied.
+
+    sources(cell) yields (directory, params) of the cells that compute exactly what ``cell`` does (e.g.
+    another experiment's cell with other parameter names); the first whose file there loads and holds those
+    parameters is copied, its arrays unchanged, under ``cell``'s own parameters. Files that do not are
+    passed over silently: they belong to the other grid, whose own runs report them."""
+    outdir, copied = Path(outdir), 0
+    for cell in cells:
+        target = outdir / f"{cell_key(cell)}.npz"
+        if os.path.lexists(target):
+            continue
+        for directory, params in sources(cell):
+            path = Path(directory) / f"{cell_key(params)}.npz"
+            try:
+                stored, arrays = _read_cell(path)
+            except InputError:   # missing or damaged
+                continue
+            if stored == _json_form(params):
+                outdir.mkdir(parents=True, exist_ok=True)
+                _write_cell(target, cell, arrays)
+                copied += 1
+                break
+    return copied
+
+
 def run_sweep(fn: Callable[..., Mapping], cells: list[dict], outdir: str | os.PathLike, *, workers: int = 1,
               scheduler: str | None = None, dask_local: int | None = None, executor=None,
               progress: Callable[[str, int, int], None] | None = None, label: str = "cells") -> SweepSummary:
@@ -221,9 +257,7 @@ def run_sweep(fn: Callable[..., Mapping], cells: list[dict], outdir: str | os.Pa
 
     def save(key, params, result):
         nonlocal done
-        if PARAMS_KEY in result:
-            raise NtprefError(f"sweep: cell result may not contain '{PARAMS_KEY}'")
-        save_npz(outdir / f"{key}.npz", {**result, PARAMS_KEY: np.array(json.dumps(params, sort_keys=True))})
+        _write_cell(outdir / f"{key}.npz", params, result)
         done += 1
         report(label, done, total)
 

@@ -102,7 +102,8 @@ def test_approx_error_of_iid_heads_is_paired_at_twice_the_width():
     data = teacher_student.teacher_data(2, 60, 4, 32, "diagonal")
     X, y = data.X_train, data.y_train
     iid = approx.approx_error(X, y, data, iid_init(8, teacher_student.D, 11), "diagonal")
-    assert approx.approx_error(X, y, data, paired_init(16, teacher_student.D, 11), "diagonal") == pytest.approx(iid, rel=1e-12)
+    paired = approx.approx_error(X, y, data, paired_init(16, teacher_student.D, 11), "diagonal")
+    assert paired == pytest.approx(iid, rel=1e-12)
 
 
 def test_approx_errors_decrease(tmp_path):
@@ -153,6 +154,43 @@ def test_length_summary(tmp_path):
     assert s.numbers["T_slope"] == pytest.approx(median_slope(t_rows, "T", "min_train_loss"), rel=1e-12)
     assert {"T_val_slope", "m_needed_n100", "m_needed_n200"} <= set(s.numbers)
     assert s.table.index("T sweep: min training loss") < s.table.index("T sweep: min_t L(t) / L(0) (control)")
+
+
+def test_cells_shared_with_the_width_sweep_are_copied(tmp_path, monkeypatch):
+    # ProjGD cells of projsgd and the all-samples cells of length train exactly as the width sweep does:
+    # recomputed here they equal its cells bit for bit, and a run after the width sweep copies them (the
+    # cell functions are called only for the others).
+    import io
+
+    from ntpref.progress import Progress
+    from ntpref.reproduce import run_target
+
+    data = dict(n=120, K=32, steps=20)
+    monkeypatch.setitem(width.SIZES, "tiny", dict(seeds=(1,), widths=(4, 8), T=4, teachers=("diagonal",), **data))
+    monkeypatch.setitem(projsgd.SIZES, "tiny", dict(seeds=(1,), widths=(4, 8), T=4, batches=(0, 16),
+                                                    teacher="diagonal", **data))
+    monkeypatch.setitem(length.SIZES, "tiny", dict(seeds=(1,), Ts=(4, 6), m_T=8, ns=(60, 120), widths=(4, 8),
+                                                   T_n=4, teacher="diagonal", **data))
+    run_target("width", "tiny", tmp_path)
+    shared = {p["m"]: (p, a) for p, a in load_results(tmp_path / "width" / "tiny" / "cells")}
+    # copied: ProjGD at m = 4, 8; length: the T sweep's T = 4 (m = 8) and the n sweep's n = 120 at m = 4, 8
+    for name, mod, copied in (("projsgd", projsgd, 2), ("length", length, 3)):
+        computed = []
+        cell = mod.cell
+        monkeypatch.setattr(mod, "cell", lambda **params: computed.append(params) or cell(**params))
+        out = io.StringIO()
+        run_target(name, "tiny", tmp_path, progress=Progress(stream=out))
+        assert f"reproduce {name} (tiny): {copied} cells copied from another target's results" in out.getvalue()
+        rows = load_results(tmp_path / name / "tiny" / "cells")
+        copies = [(p, a) for p, a in rows if p not in computed]
+        assert len(copies) == copied and len(computed) == len(rows) - copied
+        assert all(mod.equivalent_cell(p) in (None, ("width", {**shared[8][0], "T": 6})) for p in computed)
+        for p, a in copies:
+            source, arrays = shared[p["m"]]
+            assert mod.equivalent_cell(p) == ("width", source)
+            for key in ("train_loss", "min_train_loss", "final_val_loss", "cpu_seconds"):
+                np.testing.assert_array_equal(a[key], arrays[key])
+            np.testing.assert_array_equal(cell(**p)["train_loss"], a["train_loss"])   # the same computation
 
 
 def test_projsgd_target(tmp_path):

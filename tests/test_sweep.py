@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from ntpref.errors import InputError
-from ntpref.sweep import cell_key, grid, load_results, run_sweep
+from ntpref.sweep import cell_key, copy_equivalent, grid, load_results, run_sweep
 
 
 def square_cell(x, seed):
@@ -48,6 +48,28 @@ def test_resume_skips_finished_cells(tmp_path):
     assert len(calls) == 6                                   # nothing computed twice
     assert not [p for p in tmp_path.iterdir() if p.suffix != ".npz"]  # no temporaries left
     _check(tmp_path, cells)
+
+
+def test_equivalent_cells_are_copied_not_computed(tmp_path):
+    # Another grid names the same computation (x, seed) as (z, s, unit): its finished cells are copied
+    # under this grid's parameters and the sweep computes only the rest; a missing, damaged or foreign file
+    # there is passed over.
+    other = tmp_path / "other"
+    run_sweep(lambda z, s, unit: square_cell(z, s), [{"z": z, "s": 0, "unit": "m"} for z in (1.0, 2.0, 3.0)], other)
+    (other / f"{cell_key({'z': 2.0, 's': 0, 'unit': 'm'})}.npz").write_bytes(b"PK\x03\x04 truncated")
+    mine = tmp_path / "mine"
+    cells = grid(seed=[0], x=[1.0, 2.0, 4.0])
+
+    def sources(cell):
+        return [(tmp_path / "nowhere", {"z": cell["x"], "s": cell["seed"], "unit": "m"}),
+                (other, {"z": cell["x"], "s": cell["seed"], "unit": "m"})]
+
+    assert copy_equivalent(cells, mine, sources) == 1                  # x = 1; x = 2 damaged, x = 4 missing
+    calls = []
+    summary = run_sweep(lambda x, seed: calls.append(x) or square_cell(x, seed), cells, mine)
+    assert (summary.computed, summary.skipped, sorted(calls)) == (2, 1, [2.0, 4.0])
+    _check(mine, cells)
+    assert copy_equivalent(cells, mine, sources) == 0                  # every cell has its file now
 
 
 def test_failing_cell_keeps_finished_ones(tmp_path):

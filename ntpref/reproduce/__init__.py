@@ -7,6 +7,9 @@ A *target* is a module in this package with
   cells(**size) -> list[dict]           the grid of independent cells (see :mod:`ntpref.sweep`)
   cell(**params) -> dict[str, array]    computes one cell (module level, so it can be shipped to workers)
   summarize(results, outdir) -> Summary builds the table and the PNG figures from the results directory
+  equivalent_cell(params)               optional: (target, params) of another target's cell that computes
+      -> tuple[str, dict] | None        exactly this cell's result, or None; finished ones are copied
+                                        (:func:`ntpref.sweep.copy_equivalent`) instead of computed again
 
 ``--seeds N`` runs the first N seeds of a size instead of its own number (fewer for a long run that must
 fit a time budget, more for tighter intervals); the cells of the other seeds are unaffected, so runs with
@@ -71,7 +74,8 @@ def run_target(name: str, size: str = "quick", out: str | Path = "results", *, w
                seeds: int | None = None, progress=None) -> Summary:
     """Run (or resume) target ``name`` at ``size`` ("quick" | "full"), then summarize it; ``seeds``: run
     the first N seeds instead of the size's own (:func:`with_seeds`)."""
-    from ..sweep import load_results, run_sweep
+    from ..progress import Progress
+    from ..sweep import copy_equivalent, load_results, run_sweep
 
     mod = target_module(name)
     if size not in mod.SIZES:
@@ -80,6 +84,11 @@ def run_target(name: str, size: str = "quick", out: str | Path = "results", *, w
     celldir = outdir / "cells"
     cells = mod.cells(**with_seeds(mod.SIZES[size], seeds))
     if not summarize_only:
+        if hasattr(mod, "equivalent_cell"):
+            copied = copy_equivalent(cells, celldir, lambda cell: _equivalents(mod, cell, Path(out)))
+            if copied and isinstance(progress, Progress):
+                progress.note(f"reproduce {name} ({size}): {copied} cells copied from another target's results "
+                              "(the same computation)")
         run_sweep(mod.cell, cells, celldir, workers=workers, scheduler=scheduler,
                   dask_local=dask_local, progress=progress, label=f"reproduce {name} ({size})")
     results = load_results(celldir, cells)
@@ -88,6 +97,16 @@ def run_target(name: str, size: str = "quick", out: str | Path = "results", *, w
     summary = mod.summarize(results, outdir)
     (outdir / "summary.txt").write_text(summary.table + "\n")
     return summary
+
+
+def _equivalents(mod, cell: dict, out: Path):
+    """(cells directory, params) of the other target's cell that computes what ``cell`` of ``mod`` does, for
+    each size of that target (the parameters fix the size; the file exists in at most one)."""
+    found = mod.equivalent_cell(cell)
+    if found is None:
+        return []
+    name, params = found
+    return [(out / name / size / "cells", params) for size in target_module(name).SIZES]
 
 
 def _handler(args) -> int:

@@ -18,7 +18,9 @@ the training loss.
       middle width at the largest n; for each n a power law is fitted to the medians of loss vs m and
       m_needed(n) = the width where it crosses ε.
 The cells carry ``sweep``, so the one setting the two sweeps share (T = 16, m = m_T, all samples) is
-computed once per sweep (one extra cell per seed) and each sweep's files stay self-describing.
+computed once per sweep (one extra cell per seed) and each sweep's files stay self-describing. Every cell on
+all training samples is a cell of the width sweep (:func:`equivalent_cell`), copied from its results when
+they are there.
 """
 from __future__ import annotations
 
@@ -59,6 +61,14 @@ def cells(seeds, Ts, m_T, ns, widths, n, K, steps, T_n, teacher) -> list[dict]:
         out += [dict(sweep="n", seed=s, T=T_n, m=m, n=n, n_train=round(TRAIN_FRACTION * n_sub), K=K, steps=steps,
                      teacher=teacher) for n_sub in ns for m in sorted(widths, reverse=True)]
     return out
+
+
+def equivalent_cell(params: dict) -> tuple[str, dict] | None:
+    """A cell that trains on all training samples is the width sweep's cell of the same seed, T, m and data:
+    the same training, bit for bit."""
+    if params["n_train"] != round(TRAIN_FRACTION * params["n"]):
+        return None
+    return "width", {k: params[k] for k in ("seed", "teacher", "m", "n", "K", "steps", "T")}
 
 
 def cell(sweep, seed, T, m, n, n_train, K, steps, teacher) -> dict:

@@ -4,7 +4,8 @@ ProjSGD at two minibatch sizes.
 
 Training as :mod:`ntpref.reproduce.width` (the authors' "diagonal" teacher, paired init from
 seed + INIT_SEED_OFFSET, η = 1.75/√steps and ρ = 3 for all blocks, the same number of steps for every
-method). ``batch`` = 0 is ProjGD; ``batch`` = B > 0 is ProjSGD (:func:`ntpref.shallow.train`, batch_size = B:
+method). ``batch`` = 0 is ProjGD, a cell of the width sweep (:func:`equivalent_cell`: copied from its results
+when they are there); ``batch`` = B > 0 is ProjSGD (:func:`ntpref.shallow.train`, batch_size = B:
 B sample indices drawn uniformly with replacement every step from default_rng(seed + SGD_SEED_OFFSET), the
 minibatch gradient, the same projection). Metric: the minimum over the steps of the pre-update training loss
 on the whole training set (the trainer logs it for both methods), and the final validation loss.
@@ -43,6 +44,14 @@ def cells(seeds, widths, n, K, steps, T, batches, teacher) -> list[dict]:
     """One cell per (seed, batch, m), seed by seed, the widest student first."""
     return [dict(seed=s, batch=b, m=m, n=n, K=K, steps=steps, T=T, teacher=teacher)
             for s in seeds for b in batches for m in sorted(widths, reverse=True)]
+
+
+def equivalent_cell(params: dict) -> tuple[str, dict] | None:
+    """A ProjGD cell (batch 0) is the width sweep's cell of the same seed, teacher, m and data: the same
+    training, bit for bit."""
+    if params["batch"] != 0:
+        return None
+    return "width", {k: v for k, v in params.items() if k != "batch"}
 
 
 def cell(seed, batch, m, n, K, steps, T, teacher) -> dict:
