@@ -102,6 +102,17 @@ def as_int(name: str, x, shape: tuple | None = None, low: int | None = None, hig
     return a
 
 
+def step_set(name: str, steps, high: int) -> set[int]:
+    """The steps t of a sequence (list, tuple or 1-d integer array, e.g. the iterates a trainer keeps) as a set
+    of ints, each in [0, high]; InputError for a scalar, non-integers or a step out of range."""
+    try:
+        items = list(steps)
+    except TypeError:
+        raise InputError(f"array '{name}': expected a sequence of steps, got {type(steps).__name__}") from None
+    a = np.asarray(items) if items else np.zeros(0, dtype=np.int64)
+    return set(as_int(name, a, (None,), low=0, high=high).tolist())
+
+
 def as_scalar(name: str, x, kind: str = "float", low: float | None = None, high: float | None = None,
               low_open: bool = False) -> float | int | bool | str:
     """A 0-d value (Python scalar or 0-d / 1-element array) as float, int, bool or str.

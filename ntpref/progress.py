@@ -37,7 +37,6 @@ class Progress:
         left = f", ~{elapsed * (total - done) / (done - done0):.1f} s left" if done0 < done < total else ""
         print(f"{label}: {done}/{total} ({elapsed:.1f} s elapsed{left})", file=self.stream, flush=True)
 
-
     def note(self, text: str) -> None:
         """Print one line now (unless disabled): an event of the run that is not a count."""
         if self.enabled:

@@ -178,20 +178,22 @@ def _read_cell(path: Path) -> tuple[dict, dict[str, np.ndarray]]:
     return params, arrays
 
 
-def _is_finished(path: Path, params: Mapping) -> bool:
-    """Whether ``path`` holds the result of the cell ``params``; a file that exists but does not is reported
-    with a warning (it is recomputed)."""
+def _finished(path: Path, params: Mapping, *, warn: bool) -> dict[str, np.ndarray] | None:
+    """The arrays of ``path`` when it holds the result of the cell ``params``, else None; with ``warn``, a file
+    that exists but does not is reported with a warning (the sweep recomputes it)."""
     if not os.path.lexists(path):
-        return False
+        return None
     try:
-        stored, _ = _read_cell(path)
+        stored, arrays = _read_cell(path)
     except InputError as exc:
-        warnings.warn(f"recomputing a cell whose file does not load: {exc}", stacklevel=3)
-        return False
+        if warn:
+            warnings.warn(f"recomputing a cell whose file does not load: {exc}", stacklevel=3)
+        return None
     if stored != _json_form(params):
-        warnings.warn(f"recomputing {path}: it holds the cell {stored}, not {_json_form(params)}", stacklevel=3)
-        return False
-    return True
+        if warn:
+            warnings.warn(f"recomputing {path}: it holds the cell {stored}, not {_json_form(params)}", stacklevel=3)
+        return None
+    return arrays
 
 
 def _write_cell(path: Path, params: Mapping, result: Mapping) -> None:
@@ -208,20 +210,17 @@ def copy_equivalent(cells: list[dict], outdir: str | os.PathLike,
 
     sources(cell) yields (directory, params) of the cells that compute exactly what ``cell`` does (e.g.
     another experiment's cell with other parameter names); the first whose file there loads and holds those
-    parameters is copied, its arrays unchanged, under ``cell``'s own parameters. Files that do not are
-    passed over silently: they belong to the other grid, whose own runs report them."""
+    parameters is copied, its arrays unchanged, under ``cell``'s own parameters (replacing a file in ``outdir``
+    that is not a finished cell). Files that do not are passed over silently: they belong to the other grid,
+    whose own runs report them."""
     outdir, copied = Path(outdir), 0
     for cell in cells:
         target = outdir / f"{cell_key(cell)}.npz"
-        if os.path.lexists(target):
+        if _finished(target, cell, warn=False) is not None:
             continue
         for directory, params in sources(cell):
-            path = Path(directory) / f"{cell_key(params)}.npz"
-            try:
-                stored, arrays = _read_cell(path)
-            except InputError:   # missing or damaged
-                continue
-            if stored == _json_form(params):
+            arrays = _finished(Path(directory) / f"{cell_key(params)}.npz", params, warn=False)
+            if arrays is not None:
                 outdir.mkdir(parents=True, exist_ok=True)
                 _write_cell(target, cell, arrays)
                 copied += 1
@@ -250,7 +249,7 @@ def run_sweep(fn: Callable[..., Mapping], cells: list[dict], outdir: str | os.Pa
     keys = [cell_key(c) for c in cells]
     if len(set(keys)) != len(keys):
         raise InputError("sweep: two cells have the same parameters")
-    todo = [(k, c) for k, c in zip(keys, cells) if not _is_finished(outdir / f"{k}.npz", c)]
+    todo = [(k, c) for k, c in zip(keys, cells) if _finished(outdir / f"{k}.npz", c, warn=True) is None]
     total, done, start = len(cells), len(cells) - len(todo), time.perf_counter()
     report = progress or (lambda *a: None)
     report(label, done, total)

@@ -11,6 +11,7 @@ from ntpref.errors import InputError
 from ntpref.reproduce import approx, length, ntk, projsgd, rnn, stats, teacher_student, width
 from ntpref import shallow
 from ntpref.shallow import iid_init, paired_init
+from ntpref import sweep
 from ntpref.sweep import load_results, run_sweep
 
 
@@ -188,9 +189,19 @@ def test_cells_shared_with_the_width_sweep_are_copied(tmp_path, monkeypatch):
         for p, a in copies:
             source, arrays = shared[p["m"]]
             assert mod.equivalent_cell(p) == ("width", source)
-            for key in ("train_loss", "min_train_loss", "final_val_loss", "cpu_seconds"):
+            assert set(a) == set(arrays)
+            for key in arrays:
                 np.testing.assert_array_equal(a[key], arrays[key])
-            np.testing.assert_array_equal(cell(**p)["train_loss"], a["train_loss"])   # the same computation
+            again = cell(**p)                                                       # the same computation
+            for key in set(arrays) - {"cpu_seconds"}:
+                np.testing.assert_array_equal(again[key], arrays[key])
+    # at full size the width sweep has every ProjGD cell, and per seed 7 cells of length: those on all samples
+    # at T = 16 (the T sweep's m = 64 and the n sweep's n = 5000 at each width; other T have no width cell)
+    full_width = {sweep.cell_key(c) for c in width.cells(**width.SIZES["full"])}
+    for mod, shared_per_seed in ((projsgd, 6), (length, 7)):
+        equivalents = filter(None, map(mod.equivalent_cell, mod.cells(**mod.SIZES["full"])))
+        shared = [sweep.cell_key(params) for _, params in equivalents if sweep.cell_key(params) in full_width]
+        assert len(shared) == 10 * shared_per_seed and len(set(shared)) == 6 * 10   # the authors' teacher's cells
 
 
 def test_projsgd_target(tmp_path):
@@ -260,6 +271,21 @@ def test_projection_binding_detected():
     ratio = ntk.head_movement(theta, theta0, 0.02)
     assert ratio.max() <= 1.0 + 1e-12 and (ratio >= ntk.BOUNDARY).any()
     assert ntk.head_movement(free_theta, theta0, 0.02).max() > 1.0
+
+
+def test_ntk_cell_reruns_plain_gd_when_the_projection_acts(monkeypatch):
+    # With a radius the heads reach, the cell's unprojected numbers come from a separate plain GD run: the
+    # same as training without projection here, and further out than the radius.
+    monkeypatch.setattr(ntk, "RHO", 0.02)
+    a = ntk.cell(kind="train", seed=2, m=8, n=80, K=16, T=4, steps=30, n_drift=20, teacher="diagonal")
+    data = teacher_student.teacher_data(2, 80, 4, 16)
+    theta0 = paired_init(8, teacher_student.D, 2 + teacher_student.INIT_SEED_OFFSET)
+    plain = shallow.train(shallow.prepare(data.X_train, data.y_train), theta0, eta=teacher_student.student_eta(30),
+                          steps=30)
+    assert 1 <= a["first_bind"] < 30 and a["ratio"].max() <= 1.0 + 1e-12
+    assert a["free_min_train_loss"] == plain.min_train_loss != a["min_train_loss"]
+    np.testing.assert_array_equal(a["free_ratio"], ntk.head_movement(tuple(plain.params.values()), theta0, 0.02))
+    assert a["free_ratio"].max() > 1.0
 
 
 def test_ntk_target(tmp_path):

@@ -100,18 +100,18 @@ def test_projgd_stays_in_the_balls_and_logs_validation(rng):
     assert all(np.array_equal(one.params[k], v) for k, v in zip("cUW", first)) and one.train_loss[0] == loss
 
 
-def test_checkpoints_and_projected_heads(rng):
+def test_snapshots_and_projected_heads(rng):
     # The kept iterates are the ends of shorter runs (ProjGD is deterministic); ``projected`` counts, per
     # step and block, the heads whose value the projection changed, recounted here by hand from each step.
     X, y = data(rng)
     prepared, m, rho = prepare(X, y), 4, (0.05, None, 0.3)
     theta0 = paired_init(m, 3, seed=4)
-    res = train(prepared, theta0, eta=1.0, steps=6, rho=rho, checkpoints=np.array([0, 2, 6]))
-    assert sorted(res.checkpoints) == [0, 2, 6]
-    assert all(np.array_equal(res.checkpoints[0][k], v) for k, v in zip("cUW", theta0))
+    res = train(prepared, theta0, eta=1.0, steps=6, rho=rho, snapshots=np.array([0, 2, 6, 2]))
+    assert sorted(res.snapshots) == [0, 2, 6]
+    assert all(np.array_equal(res.snapshots[0][k], v) for k, v in zip("cUW", theta0))
     for t in (2, 6):
         short = train(prepared, theta0, eta=1.0, steps=t, rho=rho)
-        assert all(np.array_equal(res.checkpoints[t][k], short.params[k]) for k in "cUW")
+        assert all(np.array_equal(res.snapshots[t][k], short.params[k]) for k in "cUW")
     theta, radii, counts = theta0, head_radii(rho, m, 3), np.zeros((3, 6), dtype=np.int64)
     for t in range(6):
         _, *grads, _ = loss_and_grad(prepared, *theta)
@@ -127,8 +127,9 @@ def test_checkpoints_and_projected_heads(rng):
     plain = train(prepared, theta0, eta=1.0, steps=6)
     assert not any(v.any() for v in wide.projected.values()) and np.array_equal(wide.train_loss, plain.train_loss)
     assert all(np.array_equal(wide.params[k], plain.params[k]) for k in "cUW")
-    with pytest.raises(InputError, match="'checkpoints'"):
-        train(prepared, theta0, eta=1.0, steps=6, checkpoints=[7])
+    for bad, why in (([7], "above 6"), ([1.5], "expected integers"), (3, "expected a sequence of steps")):
+        with pytest.raises(InputError, match=f"array 'snapshots'.*{why}"):
+            train(prepared, theta0, eta=1.0, steps=6, snapshots=bad)
 
 
 def test_projsgd_reproducible_from_seed(rng):

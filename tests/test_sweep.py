@@ -52,24 +52,28 @@ def test_resume_skips_finished_cells(tmp_path):
 
 def test_equivalent_cells_are_copied_not_computed(tmp_path):
     # Another grid names the same computation (x, seed) as (z, s, unit): its finished cells are copied
-    # under this grid's parameters and the sweep computes only the rest; a missing, damaged or foreign file
-    # there is passed over.
+    # under this grid's parameters (replacing a damaged file of this grid) and the sweep computes only the
+    # rest; a missing, damaged or foreign file there is passed over.
     other = tmp_path / "other"
     run_sweep(lambda z, s, unit: square_cell(z, s), [{"z": z, "s": 0, "unit": "m"} for z in (1.0, 2.0, 3.0)], other)
     (other / f"{cell_key({'z': 2.0, 's': 0, 'unit': 'm'})}.npz").write_bytes(b"PK\x03\x04 truncated")
+    foreign = other / f"{cell_key({'z': 5.0, 's': 0, 'unit': 'm'})}.npz"
+    (other / f"{cell_key({'z': 3.0, 's': 0, 'unit': 'm'})}.npz").rename(foreign)   # holds the cell z = 3
     mine = tmp_path / "mine"
-    cells = grid(seed=[0], x=[1.0, 2.0, 4.0])
+    mine.mkdir()
+    cells = grid(seed=[0], x=[1.0, 2.0, 4.0, 5.0])
+    (mine / f"{cell_key(cells[0])}.npz").write_bytes(b"not a cell")
 
     def sources(cell):
         return [(tmp_path / "nowhere", {"z": cell["x"], "s": cell["seed"], "unit": "m"}),
                 (other, {"z": cell["x"], "s": cell["seed"], "unit": "m"})]
 
-    assert copy_equivalent(cells, mine, sources) == 1                  # x = 1; x = 2 damaged, x = 4 missing
+    assert copy_equivalent(cells, mine, sources) == 1      # x = 1; x = 2 damaged, x = 4 missing, x = 5 foreign
     calls = []
     summary = run_sweep(lambda x, seed: calls.append(x) or square_cell(x, seed), cells, mine)
-    assert (summary.computed, summary.skipped, sorted(calls)) == (2, 1, [2.0, 4.0])
+    assert (summary.computed, summary.skipped, sorted(calls)) == (3, 1, [2.0, 4.0, 5.0])
     _check(mine, cells)
-    assert copy_equivalent(cells, mine, sources) == 0                  # every cell has its file now
+    assert copy_equivalent(cells, mine, sources) == 0      # every cell is finished now
 
 
 def test_failing_cell_keeps_finished_ones(tmp_path):

@@ -74,7 +74,6 @@ def run_target(name: str, size: str = "quick", out: str | Path = "results", *, w
                seeds: int | None = None, progress=None) -> Summary:
     """Run (or resume) target ``name`` at ``size`` ("quick" | "full"), then summarize it; ``seeds``: run
     the first N seeds instead of the size's own (:func:`with_seeds`)."""
-    from ..progress import Progress
     from ..sweep import copy_equivalent, load_results, run_sweep
 
     mod = target_module(name)
@@ -86,7 +85,7 @@ def run_target(name: str, size: str = "quick", out: str | Path = "results", *, w
     if not summarize_only:
         if hasattr(mod, "equivalent_cell"):
             copied = copy_equivalent(cells, celldir, lambda cell: _equivalents(mod, cell, Path(out)))
-            if copied and isinstance(progress, Progress):
+            if copied and hasattr(progress, "note"):
                 progress.note(f"reproduce {name} ({size}): {copied} cells copied from another target's results "
                               "(the same computation)")
         run_sweep(mod.cell, cells, celldir, workers=workers, scheduler=scheduler,
@@ -100,8 +99,8 @@ def run_target(name: str, size: str = "quick", out: str | Path = "results", *, w
 
 
 def _equivalents(mod, cell: dict, out: Path):
-    """(cells directory, params) of the other target's cell that computes what ``cell`` of ``mod`` does, for
-    each size of that target (the parameters fix the size; the file exists in at most one)."""
+    """(cells directory, params) of the other target's cell that computes what ``cell`` of ``mod`` does, in
+    the directory of each size of that target (the first finished one is copied)."""
     found = mod.equivalent_cell(cell)
     if found is None:
         return []

@@ -17,10 +17,10 @@ the training loss.
       validated on the same split. Widths ``widths``. Width needed: ε = the median min training loss of the
       middle width at the largest n; for each n a power law is fitted to the medians of loss vs m and
       m_needed(n) = the width where it crosses ε.
-The cells carry ``sweep``, so the one setting the two sweeps share (T = 16, m = m_T, all samples) is
-computed once per sweep (one extra cell per seed) and each sweep's files stay self-describing. Every cell on
-all training samples is a cell of the width sweep (:func:`equivalent_cell`), copied from its results when
-they are there.
+The cells carry ``sweep``, so the one setting the two sweeps share (T = 16, m = m_T, all samples) has a cell
+in each sweep and each sweep's files stay self-describing. A cell on all training samples is a cell of the
+width sweep when that sweep has the same parameters (:func:`equivalent_cell`; at full size the T = 16 cells),
+and is copied from its finished results instead of computed.
 """
 from __future__ import annotations
 
@@ -64,11 +64,11 @@ def cells(seeds, Ts, m_T, ns, widths, n, K, steps, T_n, teacher) -> list[dict]:
 
 
 def equivalent_cell(params: dict) -> tuple[str, dict] | None:
-    """A cell that trains on all training samples is the width sweep's cell of the same seed, T, m and data:
-    the same training, bit for bit."""
+    """A cell that trains on all training samples is the width sweep's cell with the same parameters (the
+    width sweep has them at full size for T = 16): the same training, bit for bit."""
     if params["n_train"] != round(TRAIN_FRACTION * params["n"]):
         return None
-    return "width", {k: params[k] for k in ("seed", "teacher", "m", "n", "K", "steps", "T")}
+    return "width", {k: v for k, v in params.items() if k not in ("sweep", "n_train")}
 
 
 def cell(sweep, seed, T, m, n, n_train, K, steps, teacher) -> dict:

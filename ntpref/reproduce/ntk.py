@@ -114,10 +114,10 @@ def _train_cell(seed, m, n, K, T, steps, n_drift, teacher) -> dict:
     eta, rho = student_eta(steps), (RHO,) * 3
     K0 = ntk_gram(Xd, *theta0)
     t_at = checkpoint_steps(steps)
-    res = shallow.train(train, theta0, eta=eta, steps=steps, rho=rho, checkpoints=t_at)
+    res = shallow.train(train, theta0, eta=eta, steps=steps, rho=rho, snapshots=t_at[1:])
     ratio, drift = np.zeros((t_at.size, 3, m)), np.zeros(t_at.size)
     for k, t in enumerate(t_at[1:], start=1):
-        theta = tuple(res.checkpoints[int(t)][b] for b in BLOCKS)
+        theta = tuple(res.snapshots[int(t)][b] for b in BLOCKS)
         ratio[k], drift[k] = head_movement(theta, theta0, RHO), kernel_drift(Xd, K0, theta)
     bind = first_bind(res.projected)
     free = res if bind < 0 else shallow.train(train, theta0, eta=eta, steps=steps)

@@ -4,10 +4,10 @@ ProjSGD at two minibatch sizes.
 
 Training as :mod:`ntpref.reproduce.width` (the authors' "diagonal" teacher, paired init from
 seed + INIT_SEED_OFFSET, η = 1.75/√steps and ρ = 3 for all blocks, the same number of steps for every
-method). ``batch`` = 0 is ProjGD, a cell of the width sweep (:func:`equivalent_cell`: copied from its results
-when they are there); ``batch`` = B > 0 is ProjSGD (:func:`ntpref.shallow.train`, batch_size = B:
-B sample indices drawn uniformly with replacement every step from default_rng(seed + SGD_SEED_OFFSET), the
-minibatch gradient, the same projection). Metric: the minimum over the steps of the pre-update training loss
+method). ``batch`` = 0 is ProjGD, a cell of the width sweep at both sizes (:func:`equivalent_cell`: copied
+from its finished results instead of computed); ``batch`` = B > 0 is ProjSGD (:func:`ntpref.shallow.train`,
+batch_size = B: B sample indices drawn uniformly with replacement every step from
+default_rng(seed + SGD_SEED_OFFSET), the minibatch gradient, the same projection). Metric: the minimum over the steps of the pre-update training loss
 on the whole training set (the trainer logs it for both methods), and the final validation loss.
 """
 from __future__ import annotations

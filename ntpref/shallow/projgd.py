@@ -18,7 +18,7 @@ Logs per step t = 0..steps−1:
   projected[b][t]   the number of heads of block b whose value the projection changed at that step (heads
                  inside their ball are kept bit for bit, so all zeros means θ(t+1) = θ(t) − η g exactly:
                  the run is plain (S)GD up to that step).
-``checkpoints`` (steps 0 ≤ t ≤ steps) keeps the iterates θ(t) themselves.
+``snapshots`` (steps 0 ≤ t ≤ steps) keeps the iterates θ(t) themselves.
 The loss is the models' (κ/2n) Σ r² (κ = 2: the paper's mean squared error).
 """
 from __future__ import annotations
@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..checks import as_scalar, check_backend
+from ..checks import as_scalar, check_backend, step_set
 from ..errors import InputError, NonFiniteError
 from ..progress import silent
 from . import indrnn
@@ -85,7 +85,7 @@ class TrainResult:
     grad_norms: dict[str, np.ndarray]
     final_train_loss: float
     projected: dict[str, np.ndarray]
-    checkpoints: dict[int, dict[str, np.ndarray]]
+    snapshots: dict[int, dict[str, np.ndarray]]
 
     @property
     def min_train_loss(self) -> float:
@@ -115,7 +115,7 @@ def _check_val(spec: Model, data, val):
 
 
 def train(data, params: Sequence[np.ndarray], *, eta, steps, rho=None, batch_size=None, seed=None, val=None,
-          kappa=2.0, backend="numba", checkpoints: Sequence[int] = (),
+          kappa=2.0, backend="numba", snapshots: Sequence[int] = (),
           progress: Callable[[str, int, int], None] = silent) -> TrainResult:
     """ProjGD (``batch_size`` None) or ProjSGD (``batch_size`` = B, needs ``seed``) from θ(0) = ``params``.
 
@@ -123,8 +123,8 @@ def train(data, params: Sequence[np.ndarray], *, eta, steps, rho=None, batch_siz
     ``ntpref.shallow.indrnn.prepare`` the IndRNN); params: the model's blocks in order (transformer: c, U, W;
     IndRNN: c, u, W_in); θ(0) is also the centre of the projection balls. rho: None (no projection) or one
     radius ρ_b per block (None / inf = that block unprojected). val: prepared validation data of the same
-    model and options. checkpoints: steps t (0 ≤ t ≤ steps) whose iterates θ(t) the result keeps
-    (``checkpoints[t]``, block name → array). progress(label, done, total) is called after every step.
+    model and options. snapshots: steps t (0 ≤ t ≤ steps) whose iterates θ(t) the result keeps
+    (``snapshots[t]``, block name → array). progress(label, done, total) is called after every step.
     """
     spec = model_of(data)
     kappa = check_kappa(kappa)
@@ -142,7 +142,7 @@ def train(data, params: Sequence[np.ndarray], *, eta, steps, rho=None, batch_siz
     if val is not None:
         val = _check_val(spec, data, val)
     batch_size, seed = check_minibatch(batch_size, seed, n)
-    keep = {as_scalar("checkpoints", t, kind="int", low=0, high=steps) for t in checkpoints}
+    keep = step_set("snapshots", snapshots, steps)
     rng = None if batch_size is None else np.random.default_rng(seed)
     label = f"{spec.name} {'ProjGD' if rng is None else 'ProjSGD'}"
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..checks import as_float, as_int, as_scalar, check_backend
+from ..checks import as_float, as_scalar, check_backend, step_set
 from ..errors import InputError
 from ..progress import silent
 from . import kernels, model
@@ -175,7 +175,7 @@ def train(ds: Dataset, *, eta0: float | None = None, eta: float | None = None, T
     T0 = as_scalar("T0", T0, kind="int", low=0)
     T = as_scalar("T", T, kind="int", low=0)
     sigma = as_scalar("sigma", sigma, low=0)
-    snapshots = set(as_int("snapshots", np.asarray(list(snapshots), dtype=np.int64), (None,), low=0, high=T).tolist())
+    snapshots = step_set("snapshots", snapshots, T)
     prep0 = model.prepare_collocations(ds.E, succ, C, _weights(ds, l0_weights))
     C = prep0.tokens[:, 0]
     rng = np.random.default_rng(seed)
