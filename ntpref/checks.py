@@ -170,7 +170,8 @@ def check_names(arrays: Mapping, required: Iterable[str], optional: Iterable[str
                          + f"; allowed: {', '.join(sorted(allowed))}")
     missing = [n for n in required if n not in arrays]
     if missing:
-        raise InputError(f"{what}: missing array '{missing[0]}'" + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""))
+        more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
+        raise InputError(f"{what}: missing array '{missing[0]}'{more}")
 
 
 def require_finite(**outputs) -> None:

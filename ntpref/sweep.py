@@ -205,8 +205,8 @@ def _write_cell(path: Path, params: Mapping, result: Mapping) -> None:
 
 def copy_equivalent(cells: list[dict], outdir: str | os.PathLike,
                     sources: Callable[[dict], Iterable[tuple[Path, dict]]]) -> int:
-    """Fill cells of the grid that have no file in ``outdir`` from finished cells of another grid that compute
-    the same result; returns how many were copied.
+    """Fill the cells of the grid that are not finished in ``outdir`` from finished cells of another grid that
+    compute the same result; returns how many were copied.
 
     sources(cell) yields (directory, params) of the cells that compute exactly what ``cell`` does (e.g.
     another experiment's cell with other parameter names); the first whose file there loads and holds those

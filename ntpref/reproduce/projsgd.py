@@ -7,8 +7,9 @@ seed + INIT_SEED_OFFSET, η = 1.75/√steps and ρ = 3 for all blocks, the same 
 method). ``batch`` = 0 is ProjGD, a cell of the width sweep at both sizes (:func:`equivalent_cell`: copied
 from its finished results instead of computed); ``batch`` = B > 0 is ProjSGD (:func:`ntpref.shallow.train`,
 batch_size = B: B sample indices drawn uniformly with replacement every step from
-default_rng(seed + SGD_SEED_OFFSET), the minibatch gradient, the same projection). Metric: the minimum over the steps of the pre-update training loss
-on the whole training set (the trainer logs it for both methods), and the final validation loss.
+default_rng(seed + SGD_SEED_OFFSET), the minibatch gradient, the same projection). Metric: the minimum over
+the steps of the pre-update training loss on the whole training set (the trainer logs it for both methods),
+and the final validation loss.
 """
 from __future__ import annotations
 
