@@ -63,6 +63,8 @@ def test_width_slopes_fitted_to_medians(tmp_path):
     # seed 1 with the diagonal / full teacher; -0.05 leaves a wide margin.
     s = run(width, tmp_path, seeds=(1, 2, 3), widths=(4, 64), n=200, K=128, steps=80, T=8,
             teachers=("diagonal", "full"))
+    # the authors' teacher's cells come first: a run stopped early has its seeds complete
+    assert [c["teacher"] for c in width.cells(**width.SIZES["full"])] == ["diagonal"] * 60 + ["full"] * 60
     rows = load_results(tmp_path / "cells")
     for teacher in ("diagonal", "full"):
         mine = [r for r in rows if r[0]["teacher"] == teacher]

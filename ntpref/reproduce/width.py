@@ -47,10 +47,11 @@ EXPECTED = ("expected slope about -1/2: this project's reconstruction (docs/shal
 
 
 def cells(seeds, widths, n, K, steps, T, teachers) -> list[dict]:
-    """One cell per (seed, teacher, m); seed by seed, the widest student first (the longest cells start
-    early)."""
+    """One cell per (seed, teacher, m): teacher by teacher in the order given (the authors' first, so a run
+    stopped early has the default teacher's seeds complete), then seed by seed, the widest student first (the
+    longest cells start early)."""
     return [dict(seed=s, teacher=t, m=m, n=n, K=K, steps=steps, T=T)
-            for s in seeds for t in teachers for m in sorted(widths, reverse=True)]
+            for t in teachers for s in seeds for m in sorted(widths, reverse=True)]
 
 
 def cell(seed, teacher, m, n, K, steps, T) -> dict:
