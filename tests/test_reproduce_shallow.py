@@ -310,6 +310,10 @@ def test_ntk_target(tmp_path):
     assert plain.min_train_loss == train[16]["free_min_train_loss"]
     np.testing.assert_array_equal(ntk.head_movement(tuple(plain.params.values()), theta0, teacher_student.RHO),
                                   train[16]["free_ratio"])
+    for m, a in train.items():   # one seed: the median head is that seed's median over heads
+        head = a["ratio"][-1].max(axis=0)                                 # each head's largest block
+        assert s.numbers[f"median_head_ratio_m{m}"] == np.median(head)
+        assert 0 < s.numbers[f"median_head_ratio_m{m}"] < s.numbers[f"max_ratio_m{m}"]
     # measured 2.4e-3, 8.8e-4, 2.6e-4: the kernel moves less the wider the student
     assert train[64]["drift"][-1] < train[16]["drift"][-1] < train[4]["drift"][-1]
     assert s.numbers["drift_slope"] == pytest.approx(
