@@ -19,6 +19,7 @@ setup(
         "numpy>=2.0,<2.5",
         "numba>=0.68,<0.69",
         "tabulate>=0.9,<0.11",
+        "threadpoolctl>=3.1,<4",
     ],
     extras_require={
         # every module the tests import (torch and jax excepted: those tests skip, with a reason, without

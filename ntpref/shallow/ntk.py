@@ -34,6 +34,7 @@ import numpy as np
 from numba import njit, prange
 
 from ..checks import as_float, as_scalar, check_backend
+from ..blas import one_blas_thread
 from ..errors import InputError
 from .activation import activation_code, dsigma, dsigma_np, sigma, sigma_np
 from .evaluation import check_X
@@ -301,7 +302,8 @@ def limit_kernel(X, X2=None, *, draws=4096, seed=0, tau_att=1.0, mask_last_key=F
 
 
 def min_eigenvalue(G) -> float:
-    """Smallest eigenvalue of a symmetric Gram matrix G [n, n] (``np.linalg.eigvalsh``). G must be
+    """Smallest eigenvalue of a symmetric Gram matrix G [n, n] (``np.linalg.eigvalsh`` on one BLAS thread:
+    the same bits for any thread count, :mod:`ntpref.blas`). G must be
     symmetric to 1e-12 · max|G| (InputError otherwise); its symmetric part is used."""
     G = as_float("G", G, (None, None))
     if G.shape[0] != G.shape[1] or G.shape[0] == 0:
@@ -309,7 +311,8 @@ def min_eigenvalue(G) -> float:
     asym = float(np.max(np.abs(G - G.T)))
     if asym > 1e-12 * float(np.max(np.abs(G))):
         raise InputError(f"array 'G': not symmetric (max |G - G^T| = {asym:.3g})")
-    return float(np.linalg.eigvalsh(0.5 * (G + G.T))[0])
+    with one_blas_thread():
+        return float(np.linalg.eigvalsh(0.5 * (G + G.T))[0])
 
 
 # ----------------------------------------------------------------------------------------------------

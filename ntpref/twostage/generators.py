@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..checks import as_scalar
+from ..blas import one_blas_thread
 from ..errors import InputError
 from .dataset import Dataset
 
@@ -38,7 +39,8 @@ def _embedding(rng: np.random.Generator, K: int, embedding: str, d) -> np.ndarra
     if embedding == "orthonormal":
         if d < K:
             raise InputError(f"embedding 'orthonormal' needs d >= K = {K}, got d = {d}")
-        Q, R = np.linalg.qr(rng.standard_normal((d, K)))
+        with one_blas_thread():                            # the same frame for any thread count
+            Q, R = np.linalg.qr(rng.standard_normal((d, K)))
         return Q * np.where(np.diag(R) < 0, -1.0, 1.0)     # the Haar-distributed orthonormal frame
     return rng.normal(0.0, 1.0 / np.sqrt(d), size=(d, K))
 

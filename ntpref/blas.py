@@ -1,0 +1,17 @@
+"""One BLAS thread for the LAPACK calls whose results ntpref returns, so that they do not depend on the
+thread count.
+
+OpenBLAS splits the blocked factorisations behind ``np.linalg`` (the tridiagonal reduction of ``eigvalsh``,
+Householder QR) by its thread count, and the split changes the rounding: λ_min of a 400 × 400 Gram matrix, or
+the Q of a 512 × 500 QR, differs in its last bits between 1 and 2 threads. ntpref's own kernels are
+bitwise deterministic for any Numba thread count; this makes its few LAPACK calls match them.
+"""
+from __future__ import annotations
+
+from threadpoolctl import threadpool_limits
+
+
+def one_blas_thread() -> threadpool_limits:
+    """Context manager: NumPy's BLAS / LAPACK runs on one thread inside it (the previous limits return on
+    exit)."""
+    return threadpool_limits(limits=1, user_api="blas")
