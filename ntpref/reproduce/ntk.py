@@ -142,6 +142,11 @@ def cell(kind, seed, n, K, T, teacher, m=None, steps=None, n_drift=None, n_gram=
     raise InputError(f"unknown ntk cell kind {kind!r}")
 
 
+def _median_head(arrays) -> float:
+    """The median over heads of each head's largest block movement ratio at the end of one training cell."""
+    return float(np.median(arrays["ratio"][-1].max(axis=0)))
+
+
 def _train_summary(rows, axes, lines, numbers) -> dict:
     """Movement, binding, drift per width: table lines, panels (a), (b), (d)."""
     config, rows, note = select_config(rows, ("seed", "m"))
@@ -154,7 +159,7 @@ def _train_summary(rows, axes, lines, numbers) -> dict:
         axes[0].plot(t, np.median(overall, axis=0), "o-", color=f"C{i}", ms=3, label=f"m = {m}")
         end = np.array([a["ratio"][-1] for a in arrs])                           # [seeds, 3, m]
         on_boundary = (end >= BOUNDARY).any(axis=1).mean(axis=1)               # per seed: heads with any block on it
-        median_head = np.median(np.median(end.max(axis=1), axis=1))            # each head's largest block
+        median_head = np.median([_median_head(a) for a in arrs])
         binds = [int(a["first_bind"]) for a in arrs]
         free = np.array([a["free_ratio"].max() for a in arrs])
         table.append((m, len(arrs), *(f"{end[:, b].max():.3f}" for b in range(3)), f"{median_head:.3f}",
@@ -168,7 +173,7 @@ def _train_summary(rows, axes, lines, numbers) -> dict:
     axes[0].axhline(1.0, color="k", ls=":", lw=1, label="radius ρ/√m")
     ms, free_groups = by_axis(rows, "m", lambda a: a["free_ratio"].max())
     _, proj_groups = by_axis(rows, "m", lambda a: a["ratio"][-1].max())
-    _, head_groups = by_axis(rows, "m", lambda a: np.median(a["ratio"][-1].max(axis=0)))
+    _, head_groups = by_axis(rows, "m", _median_head)
     axes[1].plot(ms, medians(proj_groups), "o-", color="C0", label="ProjGD (ρ = 3), largest head")
     axes[1].plot(ms, medians(head_groups), "^-.", color="C2", label="ProjGD, median head")
     axes[1].plot(ms, medians(free_groups), "s--", color="C3", label="GD without projection, largest head")

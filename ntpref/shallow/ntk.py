@@ -33,8 +33,8 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit, prange
 
-from ..checks import as_float, as_scalar, check_backend
 from ..blas import one_blas_thread
+from ..checks import as_float, as_scalar, check_backend
 from ..errors import InputError
 from .activation import activation_code, dsigma, dsigma_np, sigma, sigma_np
 from .evaluation import check_X

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..checks import as_scalar
 from ..blas import one_blas_thread
+from ..checks import as_scalar
 from ..errors import InputError
 from .dataset import Dataset
 
