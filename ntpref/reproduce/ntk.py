@@ -151,6 +151,7 @@ def _train_summary(rows, axes, lines, numbers) -> dict:
     """Movement, binding, drift per width: table lines, panels (a), (b), (d)."""
     config, rows, note = select_config(rows, ("seed", "m"))
     widths = sorted({p["m"] for p, _ in rows})
+    head_median = medians(by_axis(rows, "m", _median_head)[1])               # per width, in the order of widths
     table = []
     for i, m in enumerate(widths):
         arrs = [a for p, a in rows if p["m"] == m]
@@ -159,23 +160,21 @@ def _train_summary(rows, axes, lines, numbers) -> dict:
         axes[0].plot(t, np.median(overall, axis=0), "o-", color=f"C{i}", ms=3, label=f"m = {m}")
         end = np.array([a["ratio"][-1] for a in arrs])                           # [seeds, 3, m]
         on_boundary = (end >= BOUNDARY).any(axis=1).mean(axis=1)               # per seed: heads with any block on it
-        median_head = np.median([_median_head(a) for a in arrs])
         binds = [int(a["first_bind"]) for a in arrs]
         free = np.array([a["free_ratio"].max() for a in arrs])
-        table.append((m, len(arrs), *(f"{end[:, b].max():.3f}" for b in range(3)), f"{median_head:.3f}",
+        table.append((m, len(arrs), *(f"{end[:, b].max():.3f}" for b in range(3)), f"{head_median[i]:.3f}",
                       f"{on_boundary.mean():.1%}",
                       ", ".join("never" if s < 0 else str(s) for s in binds), f"{np.median(free):.3f}",
                       f"{np.median([a['min_train_loss'] for a in arrs]):.4e}",
                       f"{np.median([a['free_min_train_loss'] for a in arrs]):.4e}"))
         numbers[f"max_ratio_m{m}"] = float(end.max())
-        numbers[f"median_head_ratio_m{m}"] = float(median_head)
+        numbers[f"median_head_ratio_m{m}"] = float(head_median[i])
         numbers[f"boundary_fraction_m{m}"] = float(on_boundary.mean())
     axes[0].axhline(1.0, color="k", ls=":", lw=1, label="radius ρ/√m")
     ms, free_groups = by_axis(rows, "m", lambda a: a["free_ratio"].max())
     _, proj_groups = by_axis(rows, "m", lambda a: a["ratio"][-1].max())
-    _, head_groups = by_axis(rows, "m", _median_head)
     axes[1].plot(ms, medians(proj_groups), "o-", color="C0", label="ProjGD (ρ = 3), largest head")
-    axes[1].plot(ms, medians(head_groups), "^-.", color="C2", label="ProjGD, median head")
+    axes[1].plot(ms, head_median, "^-.", color="C2", label="ProjGD, median head")
     axes[1].plot(ms, medians(free_groups), "s--", color="C3", label="GD without projection, largest head")
     axes[1].axhline(1.0, color="k", ls=":", lw=1, label="radius ρ/√m")
     ms, groups = by_axis(rows, "m", lambda a: a["drift"][-1])
