@@ -181,3 +181,33 @@ def test_cli_nan_gradient_fails_by_name(tmp_path, capsys):
     save_npz(tmp_path / "nan.npz", {"grad_W_ov": g})
     assert main(["gradcheck", str(inp), str(tmp_path / "nan.npz")]) == 1
     assert re.search(r"grad_W_ov .* FAIL \(given holds NaN at index \(2, 3\)\)", capsys.readouterr().out)
+
+
+def test_sampled_check_sees_every_non_finite_entry(inputs, tmp_path, capsys):
+    def poisoned(**kw):
+        loss, g = quartic(**kw)
+        A = g["A"].copy()
+        A.flat[[3, 11]] = (np.nan, np.inf)
+        return loss, {**g, "A": A}
+
+    report = gradcheck(poisoned, inputs, max_entries=1, seed=4)
+    assert report.failures == ["A"] and report.counts["A"] == (3, 12)    # the sample and both bad entries
+    inp = _twostage_input(tmp_path)
+    assert main(["eval", str(inp), "-o", str(tmp_path / "out.npz"), "-q"]) == 0
+    g = load_npz(tmp_path / "out.npz")["grad_W_ov"].copy()
+    g[4, 4], g[0, 1] = np.inf, np.nan
+    save_npz(tmp_path / "bad.npz", {"grad_W_ov": g})
+    for seed in ("0", "1", "2"):
+        assert main(["gradcheck", str(inp), str(tmp_path / "bad.npz"), "--max-entries", "1", "--seed", seed]) == 1
+        assert re.search(r"grad_W_ov .* FAIL \(given holds (NaN|inf)", capsys.readouterr().out)
+
+
+def test_seed_must_be_a_whole_number_at_least_zero(inputs, tmp_path, capsys):
+    for bad in (-1, 1.5, True):
+        with pytest.raises(InputError, match=r"seed must be an integer >= 0, got "):
+            gradcheck(quartic, inputs, max_entries=2, seed=bad)
+    inp = _twostage_input(tmp_path)
+    assert main(["gradcheck", str(inp), "--seed", "-1"]) == 2
+    err = capsys.readouterr().err
+    assert err == ("ntpref gradcheck: error: argument --seed: must be an integer >= 0, got '-1' "
+                   "(see 'ntpref gradcheck --help')\n")

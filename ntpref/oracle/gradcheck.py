@@ -66,6 +66,15 @@ def _sample(size: int, max_entries: int | None, rng: np.random.Generator) -> np.
     return np.sort(rng.choice(size, size=max_entries, replace=False))
 
 
+def _with_nonfinite(idx: np.ndarray | None, given: np.ndarray | None, shape: tuple) -> np.ndarray | None:
+    """The sampled flat indices ``idx`` together with every entry of ``given`` that is NaN or infinite, so a
+    sample never hides a non-finite value (None, all entries, stays None)."""
+    if idx is None or given is None or given.shape != shape or given.dtype.kind not in "iuf":
+        return idx
+    bad = np.flatnonzero(~np.isfinite(np.asarray(given, dtype=np.float64)))
+    return np.union1d(idx, bad) if bad.size else idx
+
+
 def _check_max_entries(max_entries) -> int | None:
     if max_entries is not None and (isinstance(max_entries, bool) or not isinstance(max_entries, (int, np.integer))
                                     or max_entries < 1):
@@ -104,14 +113,16 @@ def _check(targets: Mapping[str, tuple[Callable[[dict], float], str]], inputs: M
     if not (eps > 0 and np.isfinite(eps)):
         raise InputError(f"eps must be a positive number, got {eps}")
     max_entries = _check_max_entries(max_entries)
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise InputError(f"seed must be an integer >= 0, got {seed!r}")
     rng = np.random.default_rng(seed)
     numeric, actual, counts = {}, {}, {}
     for name, (loss, target) in targets.items():
         x = np.asarray(inputs[target])
-        idx = _sample(x.size, max_entries, rng)
+        g = np.asarray(given[name]) if name in given else None
+        idx = _with_nonfinite(_sample(x.size, max_entries, rng), g, x.shape)
         counts[name] = (x.size if idx is None else idx.size, x.size)
         fd = numeric_gradient(loss, inputs, target, eps, idx)
-        g = np.asarray(given[name]) if name in given else None
         if g is not None and g.shape == x.shape and idx is not None:
             fd, g = fd.reshape(-1)[idx], np.asarray(g, dtype=np.float64).reshape(-1)[idx]
         numeric[name] = fd
@@ -156,16 +167,17 @@ def _handle(args) -> int:
     return 0 if report.ok else 1
 
 
-def _entries(text: str) -> int:
-    """argparse type of --max-entries: an integer >= 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 1 (every array gets at least one entry checked), "
-                                         f"got {value}")
-    return value
+def _integer_at_least(lowest: int, why: str = ""):
+    """argparse type: a whole number >= ``lowest`` (``why`` explains the bound in the message)."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value is None or value < lowest:
+            raise argparse.ArgumentTypeError(f"must be an integer >= {lowest}{why}, got {text!r}")
+        return value
+    return parse
 
 
 def register(subparsers) -> None:
@@ -180,8 +192,8 @@ def register(subparsers) -> None:
     p.add_argument("--eps", type=float, default=1e-6, help="finite-difference step (default 1e-6)")
     p.add_argument("--rtol", type=float, default=1e-7, help="relative tolerance (default 1e-7)")
     p.add_argument("--atol", type=float, default=1e-8, help="absolute tolerance (default 1e-8)")
-    p.add_argument("--max-entries", type=_entries, default=None, metavar="N",
+    p.add_argument("--max-entries", type=_integer_at_least(1, " (every array gets at least one entry checked)"), default=None, metavar="N",
                    help="check N >= 1 random entries per array (default all)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the entry sample")
+    p.add_argument("--seed", type=_integer_at_least(0), default=0, help="seed of the entry sample")
     p.add_argument("--backend", choices=("numba", "numpy"), default="numba")
     p.set_defaults(func=_handle)
