@@ -191,3 +191,23 @@ def test_unseen_validation():
         unseen_sentences(five_token_example(), n=100, min_len=2, max_len=2)
     with pytest.raises(InputError, match="'n'"):
         unseen_sentences(five_token_example(), n=0)
+
+
+def test_dataset_and_evaluate_leave_the_callers_arrays_writable():
+    import small_inputs
+    from ntpref.oracle import contract
+
+    five = five_token_example()
+    tokens, targets = five.tokens.copy(), five.targets.copy()
+    E = np.eye(5)
+    ds = Dataset(tokens, five.lengths.copy(), targets, E, succ=five.succ.copy())
+    assert tokens.flags.writeable and targets.flags.writeable and E.flags.writeable
+    assert not ds.tokens.flags.writeable                     # the data set's own copy is frozen
+    tokens[0, 0] = 4                                         # an edit by the caller leaves the data set alone
+    assert ds.tokens[0, 0] == five.tokens[0, 0]
+    for make, run in ((small_inputs.twostage_eval, contract.evaluate), (small_inputs.twostage_train, contract.train)):
+        arrays = {k: np.array(v) for k, v in make().items()}
+        before = {k: v.copy() for k, v in arrays.items()}
+        run(arrays)
+        assert [k for k, v in arrays.items() if not v.flags.writeable] == []
+        assert all(np.array_equal(arrays[k], before[k]) for k in arrays)

@@ -76,6 +76,8 @@ class Dataset:
         succ = None if self.succ is None else as_int("succ", self.succ, (K,), low=-1, high=K - 1)
         for name, value in (("tokens", tokens), ("lengths", lengths), ("targets", targets), ("E", E), ("succ", succ)):
             if value is not None:
+                if np.may_share_memory(value, getattr(self, name)):
+                    value = value.copy()    # the caller's array keeps its flags and stays the caller's
                 value.setflags(write=False)
             object.__setattr__(self, name, value)
 
