@@ -278,3 +278,22 @@ def test_library_refuses_overflowing_outputs(backend, rng):
         indrnn.loss_and_grad(indrnn.prepare(X, y), c, u, W_in, backend=backend)
     with pytest.raises(InputError, match="output 'f'"):
         indrnn.forward(indrnn.prepare(X), huge, u, np.full_like(W_in, 100.0), backend=backend)
+
+
+def test_a_users_np_seterr_raise_changes_no_verdict():
+    """np.seterr(all="raise") in the user's process (a common debugging setting): the oracle, its float64
+    policy and the float32 envelope still judge a late-stage two-stage training (whose attention underflows)."""
+    import importlib.util
+    from pathlib import Path
+
+    from ntpref.oracle.conformance import cases, check
+
+    path = Path(__file__).parent / "conformance_adapters" / "oracle_numpy.py"
+    spec = importlib.util.spec_from_file_location("oracle_numpy_adapter", path)
+    adapter = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(adapter)
+    case = next(c for c in cases(models=["twostage"], stored=False) if "late_stage" in c.id)
+    with np.errstate(all="raise"):
+        for precision in ("float64", "float32"):
+            report = check(adapter, case, precision=precision)
+            assert report.ok, str(report)

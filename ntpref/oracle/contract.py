@@ -40,7 +40,7 @@ def _finite_outputs(compute: Callable[[], dict]) -> dict[str, np.ndarray]:
     Finite inputs so large that a result overflows float64 (e.g. X ~ 1e300) are an InputError naming the
     output, never a quiet inf or NaN in the result file."""
     try:
-        with np.errstate(over="raise", invalid="raise", divide="raise"):
+        with np.errstate(over="raise", invalid="raise", divide="raise", under="ignore"):  # whatever np.seterr says
             out = compute()
     except FloatingPointError as exc:
         raise InputError(f"floating-point error ({exc}): the inputs are too large to compute in float64") from None

@@ -152,6 +152,7 @@ def _bound(err: np.ndarray, count) -> tuple[float, float]:
     return float(line[0]), max(float(np.max((line[1:] - line[0]) / np.arange(1, err.size))), 0.0)
 
 
+@np.errstate(all="ignore")   # the user's np.seterr must not change (or break) a bound
 def float32_tolerances(kind: str, inputs: Mapping[str, np.ndarray], expected: Mapping[str, np.ndarray]) -> dict[str, dict]:
     """name → tolerance (:mod:`ntpref.oracle.compare` form) = :data:`MULTIPLE` × the float32 envelope of
     every array of ``expected``, the float64 oracle's outputs for ``inputs`` (module docstring)."""

@@ -599,6 +599,7 @@ def run_kind(inputs: Mapping[str, np.ndarray]) -> str:
     return "eval"
 
 
+@np.errstate(all="ignore")   # the user's np.seterr must not change (or break) a bound
 def default_tolerances(model: str, kind: str, inputs: Mapping[str, np.ndarray],
                        expected: Mapping[str, np.ndarray], *, backend: str = "numba") -> dict[str, dict]:
     """Per output array of ``expected``, the tolerance spec that
