@@ -91,3 +91,27 @@ def test_with_seeds_takes_the_first_seeds():
 def test_seeds_must_be_a_positive_count(capsys):
     assert main(["reproduce", "twostage", "--seeds", "0"]) == 2
     assert "expected a whole number >= 1, got '0'" in capsys.readouterr().err
+
+
+def test_median_slope_interval_covers_the_power_law_and_shrinks_with_seeds():
+    rng = np.random.default_rng(7)
+    m = np.array([8, 16, 32, 64, 128, 256])
+
+    def groups(seeds, noise):
+        # per-seed values 0.01 m^(-1/2) times a seed factor and per-cell noise (paired across m)
+        seed_factor = np.exp(0.3 * rng.standard_normal(seeds))
+        return [0.01 * w ** -0.5 * seed_factor * np.exp(noise * rng.standard_normal(seeds)) for w in m]
+
+    few, many = groups(5, 0.05), groups(40, 0.05)
+    lo5, hi5 = stats.median_slope_interval(m, few)
+    lo40, hi40 = stats.median_slope_interval(m, many)
+    assert lo5 < -0.5 < hi5 and lo40 < -0.5 < hi40
+    assert hi40 - lo40 < hi5 - lo5                                     # more seeds, a tighter interval
+    exact = [np.full(4, 0.01 * w ** -0.5) for w in m]                  # no scatter: the interval is the slope
+    assert np.allclose(stats.median_slope_interval(m, exact), (-0.5, -0.5), atol=1e-12)
+    assert stats.median_slope_interval(m, few) == stats.median_slope_interval(m, few)   # deterministic
+    assert stats.median_slope_interval(m, [g[:1] for g in few]) is None
+    slope = stats.loglog_slope(m, stats.medians(few))[0]
+    assert stats.slope_text(slope, m, few) == (f"{slope:+.3f} (95% bootstrap interval over 5 seeds: "
+                                               f"[{lo5:+.3f}, {hi5:+.3f}])")
+    assert stats.slope_text(slope, m, [g[:1] for g in few]) == f"{slope:+.3f} (no interval: 1 seed)"

@@ -38,7 +38,7 @@ from ..shallow.ntk import attention_weights, jvp, linearized_f, transport, trans
 from . import Summary
 from .configs import by_axis, select_config
 from .plots import loglog_panel, pyplot, save_figure
-from .stats import axis_table, medians, stats
+from .stats import axis_table, medians, slope_text, stats
 from .teacher_student import D, INIT_SEED_OFFSET, NU, RHO, TEACHERS, teacher_data
 
 DESCRIPTION = "approximation and linearisation errors vs width m (both teachers; log-log, median fits)"
@@ -92,7 +92,7 @@ def _series(ax, rows, key, label, color, marker, lines, numbers, number_key):
     slope = loglog_panel(ax, m, mean, ci, label=label, color=color, marker=marker, median=med, fit=med)
     lines += ["", label, axis_table(m, groups, mean, ci, yname=key)]
     if slope is not None:
-        lines.append(f"log-log slope fitted to the medians: {slope:+.3f}")
+        lines.append(f"log-log slope fitted to the medians: {slope_text(slope, m, groups)}")
         numbers[number_key] = slope
 
 

@@ -33,7 +33,7 @@ from ..errors import InputError
 from . import Summary
 from .configs import by_axis, select_config
 from .plots import loglog_panel, pyplot, save_figure
-from .stats import axis_table, loglog_slope, medians, stats
+from .stats import axis_table, loglog_slope, medians, slope_text, stats
 from .teacher_student import D, TRAIN_FRACTION, teacher_data, train_student
 
 DESCRIPTION = "sequence length T and sample size n sweeps: raw min loss vs T, width needed vs n, validation loss"
@@ -113,7 +113,8 @@ def _t_sweep(rows, axes, lines: list, numbers: dict) -> None:
         if slope is not None:
             numbers[f"{key}_slope"] = slope
             numbers[f"{key}_ratio"] = float(med[-1] / med[0])
-            lines.append(f"log-log slope of the medians in T: {slope:+.3f}; median(T_max) / median(T_min) = "
+            lines.append(f"log-log slope of the medians in T: {slope_text(slope, Ts, groups)}; "
+                         "median(T_max) / median(T_min) = "
                          f"{med[-1] / med[0]:.3f}")
     for ax, ylabel, title in ((axes[0], "loss (MSE)", "raw losses vs T (lead)"),
                               (axes[1], "min$_t$ L(t) / L(0)", "relative loss vs T (control)"),

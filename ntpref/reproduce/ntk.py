@@ -41,7 +41,7 @@ from ..shallow.ntk import limit_kernel, min_eigenvalue, ntk_gram
 from . import Summary
 from .configs import by_axis, select_config
 from .plots import loglog_panel, pyplot, save_figure
-from .stats import mean_ci, medians, stats
+from .stats import mean_ci, medians, slope_text, stats
 from .teacher_student import D, INIT_SEED_OFFSET, RHO, student_eta, teacher_data
 
 DESCRIPTION = "NTK-regime diagnostics: per-head movement vs the radius, lambda_min of the NTK, kernel drift vs m"
@@ -191,8 +191,9 @@ def _train_summary(rows, axes, lines, numbers) -> dict:
               "", "kernel drift ‖K_T − K_0‖_F / ‖K_0‖_F at the end (first n_drift training inputs)",
               tabulate([(int(m), len(g), f"{mu:.4e} ± {c:.1e}", f"{md:.4e}") for m, g, mu, c, md
                         in zip(ms, groups, mean, ci, med)], headers=["m", "seeds", "mean ± CI", "median"]),
-              f"log-log slope of the median drift in m: {slope:+.3f}   (expected at most about -1/2, faster with "
-              "paired heads: this project's reconstruction, not stated in the paper's available text)"]
+              f"log-log slope of the median drift in m: {slope_text(slope, ms, groups)}   (expected at most about "
+              "-1/2, faster with paired heads: this project's reconstruction, not stated in the paper's available "
+              "text)"]
     lines += [note] if note else []
     return config
 

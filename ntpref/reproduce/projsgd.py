@@ -21,7 +21,7 @@ from tabulate import tabulate
 from . import Summary
 from .configs import by_axis, select_config
 from .plots import ci_errorbar, loglog_panel, pyplot, save_figure
-from .stats import medians, stats
+from .stats import medians, slope_text, stats
 from .teacher_student import D, teacher_data, train_student
 
 DESCRIPTION = "ProjGD vs ProjSGD (two batch sizes): min training loss vs width m"
@@ -88,7 +88,8 @@ def summarize(results, outdir) -> Summary:
                   for w, g, mu, c, md, rg, v in zip(m, groups, mean, ci, med, ratio_groups, val)]
         if slope is not None:
             numbers[f"slope_batch{b}"] = slope
-            lines.append(f"{method(b)}: log-log slope of the median min training loss in m: {slope:+.3f}")
+            lines.append(f"{method(b)}: log-log slope of the median min training loss in m: "
+                         f"{slope_text(slope, m, groups)}")
         lines += [note] if note else []
     axes[0].set_ylabel("min training loss (MSE, whole training set)")
     axes[0].set_title("min training loss vs m (open markers: medians)", fontsize=9)

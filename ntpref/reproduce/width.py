@@ -26,7 +26,7 @@ from pathlib import Path
 from . import Summary
 from .configs import by_axis, select_config
 from .plots import loglog_panel, pyplot, save_figure
-from .stats import axis_table, medians, stats
+from .stats import axis_table, medians, slope_text, stats
 from .teacher_student import D, TEACHERS, teacher_data, train_student
 
 DESCRIPTION = "teacher-student: min training loss vs width m (authors' and full-W teacher), log-log, median fit"
@@ -75,7 +75,7 @@ def summarize(results, outdir) -> Summary:
                              median=med, fit=med)
         lines += ["", f"{TEACHERS[teacher]} ({config})", axis_table(m, groups, mean, ci)]
         if slope is not None:
-            lines.append(f"log-log slope fitted to the medians: {slope:+.3f}")
+            lines.append(f"log-log slope fitted to the medians: {slope_text(slope, m, groups)}")
             numbers[f"slope_{teacher}"] = slope
         lines += [note] if note else []
     ax.set_xlabel("width m (heads)")
