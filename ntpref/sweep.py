@@ -3,11 +3,12 @@
 A sweep is a list of independent *cells*, each a dict of JSON-serialisable parameters
 (``{"seed": 3, "m": 64}``). A cell function ``fn(**params) -> dict[str, array-like]`` computes one cell.
 Results land in one directory, one ``.npz`` file per cell, named by a stable key of the parameters and
-written atomically by the coordinating process, with the cell's parameters as the array ``cell_params``.
+written atomically by the coordinating process, with the cell's parameters as the array ``cell_params`` and
+the version of the code that computed it as ``cell_version`` (:data:`VERSION_KEY`).
 A rerun skips every cell whose file holds that cell's result (it loads and its ``cell_params`` match), so
 an interrupted sweep resumes without recomputing or losing finished cells, and several machines can fill
 one directory; a cell file that does not load (damaged, e.g. truncated by a copy) or holds other
-parameters is not a finished cell: it is recomputed and replaced, with a warning. :func:`load_results`
+parameters or another version is not a finished cell: it is recomputed and replaced, with a warning. :func:`load_results`
 given the grid ignores, with a warning, files of the directory that are not cells of the grid (another
 grid's cells, other files). :func:`copy_equivalent` fills cells from another grid's finished cells that
 compute the same result, so two experiments that share cells compute them once.
@@ -43,6 +44,10 @@ from .errors import InputError, NtprefError
 from .npzio import load_npz, save_npz
 
 PARAMS_KEY = "cell_params"
+#: The version of the cell function's computation stored with each cell (an int64 array): a target raises its
+#: ``CELL_VERSION`` when a change of its code changes its cells' results, and cells of another version are
+#: recomputed, never mixed into a summary. A file without it holds version 1.
+VERSION_KEY = "cell_version"
 #: Seconds to wait for a Dask scheduler to answer (Dask's own default is 30 s).
 SCHEDULER_TIMEOUT = 10
 
@@ -164,8 +169,8 @@ def _json_form(params: Mapping):
     return json.loads(json.dumps(dict(params), sort_keys=True))
 
 
-def _read_cell(path: Path) -> tuple[dict, dict[str, np.ndarray]]:
-    """(params, arrays) of one cell file; InputError naming the file when it is not a readable cell."""
+def _read_cell(path: Path) -> tuple[dict, dict[str, np.ndarray], int]:
+    """(params, arrays, version) of one cell file; InputError naming the file when it is not a readable cell."""
     arrays = load_npz(path)
     if PARAMS_KEY not in arrays:
         raise InputError(f"{path}: not a sweep cell (it has no '{PARAMS_KEY}' array)")
@@ -175,16 +180,22 @@ def _read_cell(path: Path) -> tuple[dict, dict[str, np.ndarray]]:
         params = None
     if not isinstance(params, dict):
         raise InputError(f"{path}: not a sweep cell (its '{PARAMS_KEY}' is not a JSON object)")
-    return params, arrays
+    version = as_scalar(VERSION_KEY, arrays.pop(VERSION_KEY), kind="int") if VERSION_KEY in arrays else 1
+    return params, arrays, version
 
 
-def _finished(path: Path, params: Mapping, *, warn: bool) -> dict[str, np.ndarray] | None:
-    """The arrays of ``path`` when it holds the result of the cell ``params``, else None; with ``warn``, a file
-    that exists but does not is reported with a warning (the sweep recomputes it)."""
+def _other_version(path: Path, stored: int, version: int) -> str:
+    return (f"{path}: computed by version {stored} of this cell's code, and this ntpref computes version "
+            f"{version}")
+
+
+def _finished(path: Path, params: Mapping, *, warn: bool, version: int = 1) -> dict[str, np.ndarray] | None:
+    """The arrays of ``path`` when it holds the result of the cell ``params`` computed by ``version``, else
+    None; with ``warn``, a file that exists but does not is reported with a warning (the sweep recomputes it)."""
     if not os.path.lexists(path):
         return None
     try:
-        stored, arrays = _read_cell(path)
+        stored, arrays, stored_version = _read_cell(path)
     except InputError as exc:
         if warn:
             warnings.warn(f"recomputing a cell whose file does not load: {exc}", stacklevel=3)
@@ -193,36 +204,44 @@ def _finished(path: Path, params: Mapping, *, warn: bool) -> dict[str, np.ndarra
         if warn:
             warnings.warn(f"recomputing {path}: it holds the cell {stored}, not {_json_form(params)}", stacklevel=3)
         return None
+    if stored_version != version:
+        if warn:
+            warnings.warn(f"recomputing {_other_version(path, stored_version, version)}", stacklevel=3)
+        return None
     return arrays
 
 
-def _write_cell(path: Path, params: Mapping, result: Mapping) -> None:
-    """Write one cell's result with its parameters as ``cell_params`` (atomically)."""
-    if PARAMS_KEY in result:
-        raise NtprefError(f"sweep: cell result may not contain '{PARAMS_KEY}'")
-    save_npz(path, {**result, PARAMS_KEY: np.array(json.dumps(dict(params), sort_keys=True))})
+def _write_cell(path: Path, params: Mapping, result: Mapping, version: int = 1) -> None:
+    """Write one cell's result with its parameters as ``cell_params`` and ``version`` as ``cell_version``
+    (atomically)."""
+    for key in (PARAMS_KEY, VERSION_KEY):
+        if key in result:
+            raise NtprefError(f"sweep: cell result may not contain '{key}'")
+    save_npz(path, {**result, PARAMS_KEY: np.array(json.dumps(dict(params), sort_keys=True)),
+                    VERSION_KEY: np.array(version, dtype=np.int64)})
 
 
 def copy_equivalent(cells: list[dict], outdir: str | os.PathLike,
-                    sources: Callable[[dict], Iterable[tuple[Path, dict]]]) -> int:
+                    sources: Callable[[dict], Iterable[tuple[Path, dict]]], version: int = 1) -> int:
     """Fill the cells of the grid that are not finished in ``outdir`` from finished cells of another grid that
     compute the same result; returns how many were copied.
 
     sources(cell) yields (directory, params) of the cells that compute exactly what ``cell`` does (e.g.
     another experiment's cell with other parameter names); the first whose file there loads and holds those
     parameters is copied, its arrays unchanged, under ``cell``'s own parameters (replacing a file in ``outdir``
-    that is not a finished cell). Files that do not are passed over silently: they belong to the other grid,
-    whose own runs report them."""
+    that is not a finished cell) and ``version``, the version of ``outdir``'s cells (an equivalent cell is
+    the same computation, so a change of one target's cells changes the other's). Files that do not are
+    passed over silently: they belong to the other grid, whose own runs report them."""
     outdir, copied = Path(outdir), 0
     for cell in cells:
         target = outdir / f"{cell_key(cell)}.npz"
-        if _finished(target, cell, warn=False) is not None:
+        if _finished(target, cell, warn=False, version=version) is not None:
             continue
         for directory, params in sources(cell):
-            arrays = _finished(Path(directory) / f"{cell_key(params)}.npz", params, warn=False)
+            arrays = _finished(Path(directory) / f"{cell_key(params)}.npz", params, warn=False, version=version)
             if arrays is not None:
                 outdir.mkdir(parents=True, exist_ok=True)
-                _write_cell(target, cell, arrays)
+                _write_cell(target, cell, arrays, version)
                 copied += 1
                 break
     return copied
@@ -230,13 +249,15 @@ def copy_equivalent(cells: list[dict], outdir: str | os.PathLike,
 
 def run_sweep(fn: Callable[..., Mapping], cells: list[dict], outdir: str | os.PathLike, *, workers: int = 1,
               scheduler: str | None = None, dask_local: int | None = None, executor=None,
-              progress: Callable[[str, int, int], None] | None = None, label: str = "cells") -> SweepSummary:
+              progress: Callable[[str, int, int], None] | None = None, label: str = "cells",
+              version: int = 1) -> SweepSummary:
     """Compute every cell whose result file is missing in ``outdir``; write each result atomically.
 
     fn: a module-level (picklable) function; ``fn(**cell)`` returns a dict of arrays/scalars.
     workers: local processes (1 = run in this process, no pool). scheduler / dask_local (N >= 1 workers) /
     executor: see module docstring. progress(label, done, total) is called after each finished cell (done
-    counts skipped cells). A failing cell re-raises after the cells already finished are saved.
+    counts skipped cells). version: the cells' ``cell_version`` (files of another version are recomputed).
+    A failing cell re-raises after the cells already finished are saved.
     """
     for name, value in (("workers", workers), ("dask_local", dask_local)):
         if value is not None and value < 1:
@@ -249,14 +270,14 @@ def run_sweep(fn: Callable[..., Mapping], cells: list[dict], outdir: str | os.Pa
     keys = [cell_key(c) for c in cells]
     if len(set(keys)) != len(keys):
         raise InputError("sweep: two cells have the same parameters")
-    todo = [(k, c) for k, c in zip(keys, cells) if _finished(outdir / f"{k}.npz", c, warn=True) is None]
+    todo = [(k, c) for k, c in zip(keys, cells) if _finished(outdir / f"{k}.npz", c, warn=True, version=version) is None]
     total, done, start = len(cells), len(cells) - len(todo), time.perf_counter()
     report = progress or (lambda *a: None)
     report(label, done, total)
 
     def save(key, params, result):
         nonlocal done
-        _write_cell(outdir / f"{key}.npz", params, result)
+        _write_cell(outdir / f"{key}.npz", params, result, version)
         done += 1
         report(label, done, total)
 
@@ -275,13 +296,13 @@ def run_sweep(fn: Callable[..., Mapping], cells: list[dict], outdir: str | os.Pa
     return SweepSummary(total, len(todo), total - len(todo), time.perf_counter() - start)
 
 
-def load_results(outdir: str | os.PathLike,
-                 cells: list[dict] | None = None) -> list[tuple[dict, dict[str, np.ndarray]]]:
+def load_results(outdir: str | os.PathLike, cells: list[dict] | None = None,
+                 version: int | None = None) -> list[tuple[dict, dict[str, np.ndarray]]]:
     """The finished cells in ``outdir`` as (params, arrays), sorted by cell key: every ``.npz`` file, or
     with ``cells`` those of that grid (other files are ignored with a warning).
 
-    A file that is not a finished cell (does not load, no ``cell_params``, another cell's parameters) is an
-    InputError naming it and saying how to fix it.
+    A file that is not a finished cell (does not load, no ``cell_params``, another cell's parameters, with
+    ``version`` another ``cell_version``) is an InputError naming it and saying how to fix it.
     """
     outdir = Path(outdir)
     paths = sorted(outdir.glob("*.npz"))
@@ -295,9 +316,11 @@ def load_results(outdir: str | os.PathLike,
     out = []
     for path in paths:
         try:
-            params, arrays = _read_cell(path)
+            params, arrays, stored_version = _read_cell(path)
             if wanted is not None and params != wanted[path.stem]:
                 raise InputError(f"{path}: holds the cell {params}, not {wanted[path.stem]}")
+            if version is not None and stored_version != version:
+                raise InputError(_other_version(path, stored_version, version))
         except InputError as exc:
             raise InputError(f"{exc}; it is not a finished cell: delete it, or run the sweep again to "
                              "recompute it") from None

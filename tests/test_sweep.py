@@ -108,3 +108,26 @@ def test_dask_local_cluster(tmp_path):
     s = run_sweep(square_cell, cells, tmp_path, dask_local=2)
     assert s.computed == 3
     _check(tmp_path, cells)
+
+
+def test_cells_of_another_code_version_are_recomputed_never_summarized(tmp_path):
+    cells = grid(seed=[0, 1], x=[2.0])
+    calls = []
+
+    def counting(x, seed):
+        calls.append((x, seed))
+        return square_cell(x, seed)
+
+    run_sweep(counting, cells, tmp_path)                          # version 1 (also what old files hold)
+    assert run_sweep(counting, cells, tmp_path, version=1).computed == 0
+    assert [p for p, _ in load_results(tmp_path, cells, version=1)] == cells
+    with pytest.raises(InputError, match=r"seed=0_x=2.0.npz: computed by version 1 of this cell's code, and this "
+                                         r"ntpref computes version 2"):
+        load_results(tmp_path, cells, version=2)
+    with pytest.warns(UserWarning, match=r"recomputing .*computed by version 1 of this cell's code"):
+        assert run_sweep(counting, cells, tmp_path, version=2).computed == 2
+    assert len(calls) == 4 and [p for p, _ in load_results(tmp_path, cells, version=2)] == cells
+    copies = tmp_path / "copies"
+    assert copy_equivalent(cells, copies, lambda c: [(tmp_path, c)], version=1) == 0   # version 2 is not a copy of 1
+    assert copy_equivalent(cells, copies, lambda c: [(tmp_path, c)], version=2) == 2
+    assert [p for p, _ in load_results(copies, cells, version=2)] == cells
