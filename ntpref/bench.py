@@ -40,7 +40,10 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+from .checks import count_argument
 from .errors import InputError
+from .npzio import atomic_write, check_output
+from .reproduce.plots import pyplot, save_figure
 
 MODELS = ("twostage", "shallow", "indrnn")
 BASELINE = "ntpref numba"
@@ -164,9 +167,15 @@ def flops(case: Case, inputs: dict) -> float:
 
 # ---- ntpref implementations -------------------------------------------------------------------------
 
+def max_threads() -> int:
+    """Most threads Numba runs here: NUMBA_NUM_THREADS, which is the number of cores unless set."""
+    import numba
+    return numba.config.NUMBA_NUM_THREADS
+
+
 def _numba_threads(k: int) -> None:
     import numba
-    numba.set_num_threads(min(k, numba.config.NUMBA_NUM_THREADS))
+    numba.set_num_threads(k)
 
 
 def _ntpref_setup(backend: str):
@@ -301,13 +310,8 @@ def slope_table(rows: Sequence[Timing]) -> str:
 
 def figure(rows: Sequence[Timing], path: str) -> None:
     """Log–log plot of time vs size, one panel per (model, series), one line per implementation and
-    thread count (needs matplotlib, the ``plot`` extra)."""
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError as exc:
-        raise InputError("the benchmark figure needs matplotlib (pip install ntpref[plot])") from exc
+    thread count, written as PNG atomically (needs matplotlib, the ``plot`` extra)."""
+    plt = pyplot()
     panels = sorted({(r.model, r.series) for r in rows if r.series is not None})
     if not panels:
         raise InputError("no scaling series in the results: nothing to plot")
@@ -330,8 +334,7 @@ def figure(rows: Sequence[Timing], path: str) -> None:
     for ax in axes.ravel()[len(panels):]:
         ax.axis("off")
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def machine() -> dict:
@@ -421,13 +424,22 @@ def report(rows: Sequence[Timing], extras: dict | None = None) -> str:
     return "\n".join(parts)
 
 
-def main(implementations: Sequence[Implementation], *, quick: bool = False, threads: Sequence[int] = (1, 2),
+def main(implementations: Sequence[Implementation], *, quick: bool = False, threads: Sequence[int] | None = None,
          repeats: int = 7, scaling: bool = True, models: Sequence[str] = MODELS, figure_path: str | None = None,
          json_path: str | None = None, whole_runs: bool = True, quiet: bool = False) -> str:
-    """Run the benchmark and return the report text (also used by ``python -m scripts.bench``)."""
+    """Run the benchmark and return the report text (also used by ``python -m scripts.bench``). Models,
+    thread counts and output paths are checked before anything is timed; ``threads`` None: 1 and 2 threads
+    (1 alone on one core)."""
     for m in models:
         if m not in MODELS:
             raise InputError(f"unknown model {m!r}; known: {', '.join(MODELS)}")
+    threads = [k for k in (1, 2) if k <= max_threads()] if threads is None else threads
+    _check_threads(threads)
+    for path in (json_path, figure_path):
+        if path:
+            check_output(path)
+    if figure_path and scaling:
+        pyplot()  # without matplotlib, fail now rather than after the run
     cases = [c for c in paper_cases() if c.model in models]
     if scaling:
         cases += [c for c in scaling_cases(3 if quick else 4) if c.model in models]
@@ -449,11 +461,21 @@ def main(implementations: Sequence[Implementation], *, quick: bool = False, thre
             "NO: " + ", ".join(k for k, v in same.items() if not v)
     text = report(rows, extras)
     if json_path:
-        with open(json_path, "w") as fh:
-            json.dump(dict(machine=machine(), rows=[asdict(r) for r in rows], extras=extras), fh, indent=1)
+        data = json.dumps(dict(machine=machine(), rows=[asdict(r) for r in rows], extras=extras), indent=1)
+        atomic_write(json_path, lambda fh: fh.write(data.encode()))
     if figure_path and scaling:
         figure(rows, figure_path)
     return text
+
+
+def _check_threads(threads: Sequence[int]) -> None:
+    """InputError for a thread count below 1 or above :func:`max_threads` (Numba would run fewer threads
+    than the report claims)."""
+    limit = max_threads()
+    for k in threads:
+        if not 1 <= k <= limit:
+            raise InputError(f"--threads {k}: expected 1 to {limit}, the threads Numba runs on this machine "
+                             f"({os.cpu_count()} cores; NUMBA_NUM_THREADS sets another limit)")
 
 
 # ---- command line -----------------------------------------------------------------------------------
@@ -461,8 +483,9 @@ def main(implementations: Sequence[Implementation], *, quick: bool = False, thre
 def add_arguments(p) -> None:
     """The options shared by ``ntpref bench`` and ``python -m scripts.bench``."""
     p.add_argument("--quick", action="store_true", help="3 repeats, shorter scaling series")
-    p.add_argument("--threads", type=int, nargs="+", default=[1, 2], help="thread counts (default 1 2)")
-    p.add_argument("--repeats", type=int, default=7, help="timed runs per measurement (median; default 7)")
+    p.add_argument("--threads", type=count_argument, nargs="+",
+                   help="thread counts, at most the number of cores (default 1 2; 1 on one core)")
+    p.add_argument("--repeats", type=count_argument, default=7, help="timed runs per measurement (median; default 7)")
     p.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
     p.add_argument("--no-scaling", action="store_true", help="paper sizes only")
     p.add_argument("--no-numpy", action="store_true", help="skip the NumPy backend")
@@ -473,8 +496,7 @@ def add_arguments(p) -> None:
 
 
 def run_from_args(args, extra: Sequence[Implementation] = ()) -> int:
-    if any(k < 1 for k in args.threads):
-        raise InputError(f"--threads must be >= 1, got {args.threads}")
+    """Run the benchmark as the parsed ``args`` say and print its report; the exit status."""
     impls = ntpref_implementations(numpy=not args.no_numpy) + list(extra)
     print(main(impls, quick=args.quick, threads=args.threads, repeats=args.repeats, scaling=not args.no_scaling,
                models=args.models, figure_path=args.figure, json_path=args.json,

@@ -5,6 +5,7 @@ signature) and raises :class:`ntpref.errors.InputError` with a message that name
 """
 from __future__ import annotations
 
+import argparse
 from collections.abc import Iterable, Mapping
 
 import numpy as np
@@ -22,6 +23,17 @@ def check_backend(backend: str) -> str:
     if backend not in BACKENDS:
         raise InputError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
     return backend
+
+
+def count_argument(text: str) -> int:
+    """A command-line count (workers, seeds, repeats, threads) as an argparse type: a whole number >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
+    return value
 
 
 def _shape_ok(shape: tuple, expected: tuple) -> bool:
@@ -154,11 +166,14 @@ def as_scalar(name: str, x, kind: str = "float", low: float | None = None, high:
     return v
 
 
-def check_names(arrays: Mapping, required: Iterable[str], optional: Iterable[str] = (), what: str = "input") -> None:
+def check_names(arrays: Mapping, required: Iterable[str], optional: Iterable[str] = (), what: str = "input",
+                train_names: Iterable[str] = ()) -> None:
     """Raise InputError for a missing required name or any name outside required ∪ optional.
 
     Unknown names are errors so that a typo (``W_KQ`` for ``W_kq``) is never silently ignored; they are
-    reported before missing ones, so a typo reads "unknown array 'W_KQ' (did you mean 'W_kq'?)".
+    reported before missing ones, so a typo reads "unknown array 'W_KQ' (did you mean 'W_kq'?)". An
+    unknown name among ``train_names`` (the inputs only training reads, given to an eval input) says to
+    use ``ntpref train``. Every missing name is listed.
     """
     required, allowed = list(required), set(required) | set(optional)
     unknown = sorted(n for n in arrays if n not in allowed)
@@ -166,12 +181,15 @@ def check_names(arrays: Mapping, required: Iterable[str], optional: Iterable[str
         import difflib
         lower = {a.lower(): a for a in allowed}
         hint = [lower[k] for k in difflib.get_close_matches(unknown[0].lower(), sorted(lower), n=1)]
+        if unknown[0] in set(train_names):
+            raise InputError(f"{what}: unknown array '{unknown[0]}', an input of training: run it with "
+                             "'ntpref train' (ntpref eval evaluates at the given parameters)")
         raise InputError(f"{what}: unknown array '{unknown[0]}'" + (f" (did you mean '{hint[0]}'?)" if hint else "")
                          + f"; allowed: {', '.join(sorted(allowed))}")
     missing = [n for n in required if n not in arrays]
     if missing:
-        more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
-        raise InputError(f"{what}: missing array '{missing[0]}'{more}")
+        names = ", ".join(f"'{n}'" for n in missing)
+        raise InputError(f"{what}: missing array{'s' if len(missing) > 1 else ''} {names}")
 
 
 def require_finite(**outputs) -> None:

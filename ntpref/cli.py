@@ -1,7 +1,9 @@
 """The ``ntpref`` command (docs/contract.md, "Commands and exit statuses").
 
 Exit status: 0 ok, 1 a comparison failed, 2 bad input or usage, 128 + N ended by signal N (SIGINT,
-SIGTERM, SIGHUP: :mod:`ntpref.interrupt`). Errors and warnings are one line on stderr each, never a
+SIGTERM, SIGHUP: :mod:`ntpref.interrupt`). Output into a closed pipe (``ntpref reproduce --list | head -1``)
+ends the command quietly with 141 = 128 + SIGPIPE, as a shell expects; any other failure to write standard
+output (a full disk) is one line and status 2. Errors and warnings are one line on stderr each, never a
 traceback (set NTPREF_DEBUG=1 to see one). Commands other than eval/train live next to
 the code they drive: each module in :data:`COMMAND_MODULES` has ``register(subparsers)``, which adds
 its sub-commands with ``set_defaults(func=handler)``; ``handler(args) -> int`` is the exit status.
@@ -14,6 +16,7 @@ import os
 import signal
 import sys
 import warnings
+from contextlib import contextmanager, suppress
 
 from . import __version__, interrupt
 from .errors import ComparisonError, NtprefError
@@ -102,13 +105,56 @@ def _warning_line(message, category, filename, lineno, file=None, line=None) -> 
     print(f"ntpref: warning: {message}".replace("\n", " "), file=sys.stderr)
 
 
+class _StdoutFailure(Exception):
+    """Writing to standard output failed; ``args[0]`` is the OSError."""
+
+
+class _CheckedStdout:
+    """Standard output whose write errors raise :class:`_StdoutFailure`, told apart from every other
+    OSError; everything else is the wrapped stream's."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+    def write(self, text):
+        return self._checked(self._stream.write, text)
+
+    def flush(self):
+        return self._checked(self._stream.flush)
+
+    @staticmethod
+    def _checked(call, *args):
+        try:
+            return call(*args)
+        except OSError as exc:
+            raise _StdoutFailure(exc) from exc
+
+
+@contextmanager
+def _checked_stdout():
+    """``sys.stdout`` as a :class:`_CheckedStdout` for the duration (unchanged when there is none)."""
+    stream = sys.stdout
+    if stream is not None:
+        sys.stdout = _CheckedStdout(stream)
+    try:
+        yield
+    finally:
+        sys.stdout = stream
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the console script; returns the exit status. SIGINT, SIGTERM and SIGHUP end it with
-    one line and status 128 + the signal's number (:mod:`ntpref.interrupt`)."""
-    with interrupt.handling(), warnings.catch_warnings():
+    one line and status 128 + the signal's number (:mod:`ntpref.interrupt`); standard output is flushed
+    before it returns, so that a failure to write it is reported here (:func:`_failure`)."""
+    with interrupt.handling(), warnings.catch_warnings(), _checked_stdout():
         warnings.showwarning = _warning_line
         try:
             status = _run(argv)
+            if sys.stdout is not None:
+                sys.stdout.flush()
         except BaseException as exc:
             if interrupt.received() is None and not isinstance(exc, KeyboardInterrupt):
                 return _failure(exc)
@@ -127,9 +173,37 @@ def _run(argv: list[str] | None) -> int:
     return int(args.func(args))
 
 
+def _silence_stdout() -> None:
+    """Point standard output's descriptor at /dev/null, so that flushing what is left at exit cannot fail
+    again (Python would print "Exception ignored ...")."""
+    with suppress(OSError, ValueError, AttributeError):  # no descriptor: a stream in memory, or none
+        fd = sys.stdout.fileno()
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, fd)
+        os.close(devnull)
+
+
+def _output_failure(exc: BaseException) -> int | None:
+    """The exit status for a failure to write output, after at most one line on stderr: 128 + SIGPIPE and
+    no message for a closed pipe (standard output or error: a shell's command would have been killed by
+    SIGPIPE), 2 for another failure to write standard output; None for any other exception."""
+    cause = exc.args[0] if isinstance(exc, _StdoutFailure) else exc
+    if isinstance(cause, BrokenPipeError):
+        _silence_stdout()
+        return 128 + signal.SIGPIPE
+    if not isinstance(exc, _StdoutFailure):
+        return None
+    _silence_stdout()
+    print(f"ntpref: cannot write to standard output: {cause.strerror or cause}", file=sys.stderr)
+    return 2
+
+
 def _failure(exc: BaseException) -> int:
     """The exit status of a command that raised ``exc``, after one line on stderr saying why (NTPREF_DEBUG=1
     re-raises instead, to show the traceback)."""
+    status = _output_failure(exc)
+    if status is not None:
+        return status
     if isinstance(exc, SystemExit):  # argparse: usage errors exit with 2 already, --help and --version with 0
         return int(exc.code or 0) if not isinstance(exc.code, str) else 2
     if isinstance(exc, ComparisonError):

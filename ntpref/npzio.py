@@ -14,7 +14,8 @@ renamed over it, so an interrupted write leaves the old file or the new one, nev
 Temporaries left by a killed writer of the same name are removed by the next write. Only a regular file is
 replaced; a symbolic link is written through (its target file is replaced); a new file gets mode
 0666 & ~umask, a replaced file keeps its mode. Missing parent directories are created, and removed again
-when the write fails.
+when the write fails. :func:`check_output` refuses a path that cannot be written before a command spends
+time computing what goes into it.
 """
 from __future__ import annotations
 
@@ -100,9 +101,10 @@ def _check_name(path, what: str) -> None:
 
 
 # --- reading -------------------------------------------------------------------------------------------
-def _open_regular(path: Path) -> int:
+def open_regular(path: Path, what: str = "an npz file") -> int:
     """A read-only descriptor of ``path``, which must be a regular file: checked before opening (a FIFO would
-    block, a device may act on open) and again on the open descriptor."""
+    block, a device may act on open) and again on the open descriptor; ``what`` names the expected file in
+    the InputError ("is a FIFO, not an npz file")."""
     try:
         mode = os.stat(path).st_mode
         if stat.S_ISREG(mode):
@@ -113,7 +115,7 @@ def _open_regular(path: Path) -> int:
             os.close(fd)
     except OSError as exc:
         raise InputError(f"{path}: {_reason(exc, path)}") from None
-    raise InputError(f"{path}: is {_kind(mode)}, not an npz file")
+    raise InputError(f"{path}: is {_kind(mode)}, not {what}")
 
 
 def _where(path: Path, name: str, info: zipfile.ZipInfo) -> str:
@@ -185,7 +187,7 @@ def load_npz(path: str | os.PathLike) -> dict[str, np.ndarray]:
     _check_name(path, "input")
     path = Path(path)
     out: dict[str, np.ndarray] = {}
-    with os.fdopen(_open_regular(path), "rb") as fh:
+    with os.fdopen(open_regular(path), "rb") as fh:
         try:
             zf = zipfile.ZipFile(fh)
         except zipfile.BadZipFile as exc:
@@ -222,8 +224,9 @@ def _output_file(path: Path) -> tuple[Path, int | None]:
     return (Path(os.path.realpath(path)) if os.path.islink(path) else path), stat.S_IMODE(st.st_mode)
 
 
-def _make_parents(path: Path, folder: Path) -> list[Path]:
-    """Create the missing directories of ``folder``; returns the ones created, outermost first."""
+def _missing_parents(path: Path, folder: Path) -> list[Path]:
+    """The directories of ``folder`` that do not exist yet, innermost first; InputError when the nearest
+    existing one is not a directory (or cannot be looked at)."""
     missing = []
     for d in (folder, *folder.parents):
         try:
@@ -236,8 +239,13 @@ def _make_parents(path: Path, folder: Path) -> list[Path]:
         if not stat.S_ISDIR(mode):
             raise InputError(f"{path}: cannot write: '{d}' is {_kind(mode)}, not a directory")
         break
+    return missing
+
+
+def _make_parents(path: Path, folder: Path) -> list[Path]:
+    """Create the missing directories of ``folder``; returns the ones created, outermost first."""
     created: list[Path] = []
-    for d in reversed(missing):
+    for d in reversed(_missing_parents(path, folder)):
         try:
             d.mkdir()
         except OSError as exc:
@@ -306,6 +314,15 @@ def _new_temporary(target: Path) -> tuple[int, Path]:
             return fd, tmp
         os.close(fd)
     raise InputError(f"{target}: cannot write (no free temporary file name in {target.parent})")
+
+
+def check_output(path: str | os.PathLike) -> None:
+    """Raise the InputError :func:`atomic_write` would raise for ``path`` before writing anything (a name
+    that is empty or ends in '/', a target that is not a regular file, a parent that is not a directory),
+    so that a command can refuse a bad output path before a long computation; nothing is created."""
+    _check_name(path, "output")
+    path = Path(path)
+    _missing_parents(path, _output_file(path)[0].parent)
 
 
 def atomic_write(path: str | os.PathLike, write: Callable[[object], None]) -> None:

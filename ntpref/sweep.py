@@ -123,6 +123,24 @@ def _start_resource_tracker() -> None:
         signal.signal(signal.SIGHUP, signal.SIG_DFL if previous is None else previous)
 
 
+def _watch_parent(parent: int, every: float = 1.0) -> None:
+    """In a worker: exit at once when the coordinating process ``parent`` is gone (killed with SIGKILL, its
+    pool never told the worker to stop), instead of idling, or finishing a long cell, for nothing."""
+    while True:
+        time.sleep(every)
+        if os.getppid() != parent:
+            os._exit(0)
+
+
+def _init_worker(parent: int) -> None:
+    """A local worker ignores SIGINT (Ctrl-C reaches the whole process group; the coordinating process
+    handles it) and watches its parent (:func:`_watch_parent`)."""
+    import threading
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    threading.Thread(target=_watch_parent, args=(parent,), daemon=True, name="ntpref-parent-watch").start()
+
+
 @contextmanager
 def _local_pool(workers: int):
     """A spawn ProcessPoolExecutor whose workers ignore SIGINT (Ctrl-C reaches the whole process group;
@@ -130,7 +148,7 @@ def _local_pool(workers: int):
     interrupted sweep ends now instead of after the cells being computed."""
     _start_resource_tracker()
     pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
-                               initializer=signal.signal, initargs=(signal.SIGINT, signal.SIG_IGN))
+                               initializer=_init_worker, initargs=(os.getpid(),))
     try:
         yield pool
     except BaseException:
@@ -290,10 +308,30 @@ def run_sweep(fn: Callable[..., Mapping], cells: list[dict], outdir: str | os.Pa
             pending = {ex.submit(_call, fn, params): (key, params) for key, params in todo}
             while pending:
                 finished, _ = wait(pending, return_when=FIRST_COMPLETED)
+                died = None
                 for fut in finished:
                     key, params = pending.pop(fut)
-                    save(key, params, fut.result())
+                    try:
+                        result = fut.result()
+                    except Exception as exc:   # noqa: BLE001 - sorted out by _worker_died
+                        if not _worker_died(exc):
+                            raise
+                        died = died or exc
+                        continue
+                    save(key, params, result)
+                if died is not None:
+                    raise InputError(f"{label}: a worker process died ({type(died).__name__}: killed, or out of "
+                                     f"memory?); the {done} finished cells of {total} are kept in {outdir}, and "
+                                     "running the same command again resumes") from None
     return SweepSummary(total, len(todo), total - len(todo), time.perf_counter() - start)
+
+
+def _worker_died(exc: BaseException) -> bool:
+    """Whether ``exc`` says a worker process died (a local pool's BrokenProcessPool, Dask's KilledWorker)
+    rather than that a cell raised."""
+    from concurrent.futures.process import BrokenProcessPool
+
+    return isinstance(exc, BrokenProcessPool) or type(exc).__name__ == "KilledWorker"
 
 
 def load_results(outdir: str | os.PathLike, cells: list[dict] | None = None,

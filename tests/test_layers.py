@@ -28,7 +28,8 @@ ROOT = Path(ntpref.__file__).resolve().parent
 #: added here, and a new package gets one row.
 LAYERS = (
     ("foundation", ("ntpref", "ntpref.errors", "ntpref.checks", "ntpref.progress", "ntpref.interrupt",
-                    "ntpref.numba_target", "ntpref.vmath", "ntpref.npzio", "ntpref.npyheader", "ntpref.blas")),
+                    "ntpref.numba_target", "ntpref.vmath", "ntpref.npzio", "ntpref.npyheader", "ntpref.blas",
+                    "ntpref.jsonio")),
     ("papers", ("ntpref.twostage", "ntpref.twostage.*", "ntpref.shallow", "ntpref.shallow.*")),
     ("oracle", ("ntpref.oracle", "ntpref.oracle.*")),
     ("sweep", ("ntpref.sweep",)),

@@ -1,7 +1,9 @@
 """ntpref.oracle.compare: tolerances, exact comparison, storage-independent verdicts, non-finite values,
 missing arrays, ``ntpref compare`` exit codes and its --input (float64 policy) option."""
 import json
+import os
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -311,3 +313,41 @@ def test_cli_input_errors_name_the_file(paired_case, capsys):
     assert re.search(r"input\.npz: array 'logits': not an output of a shallow eval run", capsys.readouterr().err)
     assert main(base + ["--input", str(d / "input.npz"), "--rtol", "1e-3"]) == 2
     assert "give one of --tolerances, --input or --rtol/--atol/--atol-max-scale" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("text, message", [
+    ("[" * 100000 + "]" * 100000, r"not a JSON tolerance file \(nested deeper than 64 levels\)"),
+    ('{"f": {"atol": ' + "9" * 400 + "}}", r"not a JSON tolerance file \(an integer of 400 digits \(at most 30\)\)"),
+    ('{"f": {"atol": 1e-3}, "f": {"atol": 1}}', r"not a JSON tolerance file \(key 'f' appears 2 times"),
+    ('{"f": {"atol": 1e-3, "atol": 2e-3}}', r"key 'atol' appears 2 times"),
+    ("\xff", r"not a JSON tolerance file \(not UTF-8 text"),
+])
+def test_hostile_tolerance_files_are_one_line_errors(tmp_path, capsys, text, message):
+    save_npz(tmp_path / "e.npz", {"f": np.ones(2)})
+    (tmp_path / "t.json").write_bytes(text.encode("latin-1") if text == "\xff" else text.encode())
+    assert main(["compare", str(tmp_path / "e.npz"), str(tmp_path / "e.npz"), "--tolerances", str(tmp_path / "t.json")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and re.search(message, err), err
+
+
+def test_tolerance_file_must_be_a_bounded_regular_file(tmp_path, capsys):
+    save_npz(tmp_path / "e.npz", {"f": np.ones(2)})
+    fifo = tmp_path / "fifo.json"
+    os.mkfifo(fifo)
+    for path, message in ((fifo, "is a FIFO, not a JSON tolerance file"),
+                          (Path("/dev/zero"), "is a character device, not a JSON tolerance file")):
+        assert main(["compare", str(tmp_path / "e.npz"), str(tmp_path / "e.npz"), "--tolerances", str(path)]) == 2
+        assert capsys.readouterr().err == f"ntpref: error: {path}: {message}\n"
+    from ntpref import jsonio
+    big = tmp_path / "big.json"
+    big.write_bytes(b" " * (jsonio.MAX_JSON_BYTES + 1))
+    with pytest.raises(InputError, match="larger than 16 MiB, not a JSON tolerance file"):
+        load_tolerances(big)
+
+
+def test_tolerance_for_an_array_the_files_do_not_hold_is_refused(tmp_path, capsys):
+    save_npz(tmp_path / "e.npz", {"grad_W": np.ones(2), "f": np.ones(3)})
+    (tmp_path / "t.json").write_text(json.dumps({"grad_w": {"atol": 1.0}}))
+    assert main(["compare", str(tmp_path / "e.npz"), str(tmp_path / "e.npz"), "--tolerances", str(tmp_path / "t.json")]) == 2
+    assert capsys.readouterr().err == (f"ntpref: error: {tmp_path / 't.json'}: a tolerance for array 'grad_w', which "
+                                       "neither result file holds (did you mean 'grad_W'?)\n")

@@ -1,6 +1,7 @@
 """Stored reference runs: verify, tamper detection, regen (refusal, atomic writes), export, manifest contents."""
 import hashlib
 import json
+import os
 import re
 import shutil
 import struct
@@ -441,5 +442,25 @@ def test_malformed_manifest_is_a_clear_error(runs, capsys, edit, message):
 def test_manifest_that_is_not_json(runs, capsys):
     (runs / "manifest.json").write_text('{"format_version": 1, "cases": {')
     assert main(["verify", "--root", str(runs)]) == 2
-    assert re.match(rf"ntpref: error: {re.escape(str(runs / 'manifest.json'))}: unreadable manifest \(Expecting",
+    assert re.match(rf"ntpref: error: {re.escape(str(runs / 'manifest.json'))}: not a reference manifest \(Expecting",
                     capsys.readouterr().err)
+
+
+@pytest.mark.parametrize("text, message", [
+    ('{"format_version": 1, "cases": ' + "[" * 5000 + "]" * 5000 + "}", r"nested deeper than 64 levels"),
+    ('{"format_version": ' + "1" * 5000 + "}", r"an integer of 5000 digits"),
+    ('{"format_version": 1, "format_version": 1, "cases": {}}', r"key 'format_version' appears 2 times"),
+])
+def test_hostile_manifest_is_a_one_line_error(runs, capsys, text, message):
+    (runs / "manifest.json").write_text(text)
+    assert main(["verify", "--root", str(runs)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"ntpref: error: {runs / 'manifest.json'}: not a reference manifest (")
+    assert re.search(message, err), err
+
+
+def test_manifest_must_be_a_regular_file(runs, capsys):
+    (runs / "manifest.json").unlink()
+    os.mkfifo(runs / "manifest.json")
+    assert main(["verify", "--root", str(runs)]) == 2
+    assert capsys.readouterr().err == f"ntpref: error: {runs / 'manifest.json'}: is a FIFO, not a reference manifest\n"

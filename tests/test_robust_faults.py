@@ -169,3 +169,63 @@ def test_failed_write_keeps_old_file(tmp_path, monkeypatch):
     monkeypatch.undo()
     assert load_npz(out)["a"].tolist() == [0.0, 1.0, 2.0]
     assert [p.name for p in tmp_path.iterdir()] == ["r.npz"]
+
+
+def dying_or_slow_cell(x, seed):
+    """A sweep cell: x = 0 kills its own worker process after 2 s, x = 2 waits a minute, others return at once."""
+    if x == 0:
+        time.sleep(2)
+        os.kill(os.getpid(), signal.SIGKILL)
+    if x == 2:
+        time.sleep(60)
+    return {"y": np.float64(x + seed)}
+
+
+def test_a_killed_worker_is_named_and_the_finished_cells_kept(tmp_path):
+    from ntpref.errors import InputError
+    from ntpref.sweep import grid
+
+    cells = grid(seed=[0], x=[1.0, 1.5]) + [{"seed": 0, "x": 0}]
+    with pytest.raises(InputError, match=r"sweep: a worker process died \(BrokenProcessPool: killed, or out of "
+                                         r"memory\?\); the 2 finished cells of 3 are kept in .*, and running the "
+                                         r"same command again resumes"):
+        run_sweep(dying_or_slow_cell, cells, tmp_path, workers=2, label="sweep")
+    assert sorted(p["x"] for p, _ in load_results(tmp_path)) == [1.0, 1.5]
+
+
+def _children(pid: int) -> list[int]:
+    out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout
+    return [int(p) for p in out.split()]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads /proc")
+def test_workers_exit_when_the_coordinating_process_is_killed(tmp_path):
+    script = tmp_path / "coordinator.py"
+    script.write_text(f"""
+import sys
+sys.path.insert(0, {str(Path(__file__).parent)!r})
+from test_robust_faults import dying_or_slow_cell
+from ntpref.sweep import run_sweep
+run_sweep(dying_or_slow_cell, [{{"seed": 0, "x": 2}}, {{"seed": 1, "x": 2}}], sys.argv[1], workers=2)
+""")
+    proc = _spawn([str(script), str(tmp_path / "cells")], tmp_path)
+    deadline, workers = time.monotonic() + 60, []
+    while time.monotonic() < deadline and len(workers) < 2:   # the two spawned workers (and a resource tracker)
+        time.sleep(0.2)
+        workers = [p for p in _children(proc.pid) if "spawn_main" in Path(f"/proc/{p}/cmdline").read_text()]
+    assert len(workers) == 2, proc.stderr.read().decode() if proc.poll() is not None else workers
+    time.sleep(3)                                             # both are in their long cells now
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline and any(_alive(p) for p in workers):
+        time.sleep(0.2)
+    assert not any(_alive(p) for p in workers)

@@ -376,3 +376,19 @@ def test_rnn_library_validation():
         indrnn.prepare(rn["X"], np.full(5, np.nan))
     with pytest.raises(InputError, match="'W_in'.*shape"):
         indrnn.loss_and_grad(indrnn.prepare(rn["X"], rn["y"]), rn["c"], rn["u"], rn["W_in"].T)
+
+
+@pytest.mark.parametrize("make", [twostage_train, lambda: train_of(shallow_eval()), lambda: train_of(indrnn_eval())])
+def test_eval_of_a_train_input_says_to_run_train(tmp_path, capsys, make):
+    train_input = make()
+    first = sorted(n for n in train_input if n in ("T", "T0", "eta", "eta0", "steps"))[0]
+    assert_rejected(tmp_path, capsys, "eval", train_input, f"unknown array '{first}', an input of training: "
+                    "run it with 'ntpref train'")
+
+
+def test_every_missing_array_is_named(tmp_path, capsys):
+    good = twostage_train()
+    err = assert_rejected(tmp_path, capsys, "train", {k: v for k, v in good.items() if k not in ("eta", "T")})
+    assert err.endswith("twostage train input: missing arrays 'eta', 'T'\n"), err
+    err = assert_rejected(tmp_path, capsys, "eval", {k: v for k, v in good.items() if k not in ("eta", "T")})
+    assert "unknown array 'T0', an input of training" in err

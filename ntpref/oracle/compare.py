@@ -30,7 +30,6 @@ NaN or an infinity anywhere in a floating-point array, expected or actual, fails
 """
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -39,6 +38,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ..errors import InputError
+from ..jsonio import load_json
 
 _BOUND_KEYS = ("rtol", "atol", "atol_max_scale", "atol_per_step")
 _KEYS = _BOUND_KEYS + ("reason", "head")
@@ -317,25 +317,25 @@ def compare_arrays(expected: Mapping[str, np.ndarray], actual: Mapping[str, np.n
     return Report(rows, missing, labels)
 
 
-def load_tolerances(path) -> tuple[dict[str, dict], dict | None]:
+def load_tolerances(path, names: list[str] | None = None) -> tuple[dict[str, dict], dict | None]:
     """Read a tolerance file: ``{NAME: {rtol, atol, atol_max_scale}, "default": {...}}``.
 
-    A file with a top-level ``"tolerances"`` object (the ``case.json`` written by ``ntpref export``)
-    is read through that object. Returns (per-array tolerances, default or None).
+    A file with a top-level ``"tolerances"`` object (the ``case.json`` written by ``ntpref export``,
+    which covers every output of its case) is read through that object. ``names``: the arrays being
+    compared; a NAME of a plain tolerance file that is not one of them is an InputError (a misspelt
+    name would leave its array at the default tolerance). Returns (per-array tolerances, default or None).
     """
     path = Path(path)
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise InputError(f"{path}: no such file") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InputError(f"{path}: not a JSON tolerance file ({exc})") from None
-    if isinstance(data, Mapping) and isinstance(data.get("tolerances"), Mapping) and not (
-            set(data["tolerances"]) & set(_KEYS)):
+    data = load_json(path, "a JSON tolerance file")
+    exported = isinstance(data, Mapping) and isinstance(data.get("tolerances"), Mapping) and not (
+        set(data["tolerances"]) & set(_KEYS))
+    if exported:
         data = data["tolerances"]
     if not isinstance(data, Mapping):
         raise InputError(f"{path}: expected a JSON object mapping array names to tolerances")
     tols = {name: check_tolerance(f"{path}: '{name}'", spec) for name, spec in data.items()}
+    if names is not None and not exported:
+        _check_tolerance_names(path, [n for n in tols if n != "default"], names)
     return tols, tols.pop("default", None)
 
 
@@ -358,6 +358,17 @@ def policy_tolerances(input_path, expected: Mapping[str, np.ndarray]) -> dict[st
         raise InputError(f"{input_path}: {exc}") from None
 
 
+def _check_tolerance_names(path, tolerances: list[str], names: list[str]) -> None:
+    """InputError for a tolerance of an array that is not among ``names``, with the closest one."""
+    import difflib
+
+    for name in tolerances:
+        if name not in names:
+            close = difflib.get_close_matches(name, names, n=1)
+            hint = f" (did you mean '{close[0]}'?)" if close else f" (the files hold {', '.join(dict.fromkeys(names))})"
+            raise InputError(f"{path}: a tolerance for array '{name}', which neither result file holds{hint}")
+
+
 def _handle(args) -> int:
     from ..npzio import load_npz
 
@@ -367,7 +378,7 @@ def _handle(args) -> int:
     expected, actual = load_npz(args.expected), load_npz(args.actual)
     tols, default = {}, FRAMEWORK_FLOAT64
     if args.tolerances:
-        tols, given = load_tolerances(args.tolerances)
+        tols, given = load_tolerances(args.tolerances, names=[*expected, *actual])
         default = given if given is not None else default
     elif args.input:
         tols = policy_tolerances(args.input, expected)

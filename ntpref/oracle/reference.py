@@ -49,6 +49,7 @@ import numpy as np
 
 from ..errors import ComparisonError, InputError
 from .compare import Report, check_tolerance, compare_arrays
+from ..jsonio import load_json
 from ..npzio import atomic_write, load_npz, save_npz
 from .tolerance import default_tolerances
 
@@ -106,10 +107,7 @@ def load_manifest(root: str | os.PathLike | None = None) -> dict:
         raise InputError(f"--root {path.parent}: unusable directory ({exc.strerror or exc})") from None
     if not exists:
         return {"format_version": FORMAT_VERSION, "provenance": provenance(), "cases": {}}
-    try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InputError(f"{path}: unreadable manifest ({exc})") from None
+    manifest = load_json(path, "a reference manifest")
     check_manifest(path, manifest)
     return manifest
 

@@ -7,6 +7,8 @@ A *target* is a module in this package with
   cells(**size) -> list[dict]           the grid of independent cells (see :mod:`ntpref.sweep`)
   cell(**params) -> dict[str, array]    computes one cell (module level, so it can be shipped to workers)
   summarize(results, outdir) -> Summary builds the table and the PNG figures from the results directory
+  CELL_VERSION: int                     optional (1 when absent): raised when a change of the code changes the
+                                        cells' results, so cells of the old code are recomputed, never summarized
   equivalent_cell(params)               optional: (target, params) of another target's cell that computes
       -> tuple[str, dict] | None        exactly this cell's result, or None; finished ones are copied
                                         (:func:`ntpref.sweep.copy_equivalent`) instead of computed again
@@ -21,14 +23,15 @@ alone (``--summarize-only`` rebuilds them).
 """
 from __future__ import annotations
 
-import argparse
 import importlib
 import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..checks import count_argument
 from ..errors import InputError
+from ..npzio import atomic_write, check_output
 
 #: target name -> module (ntpref.reproduce.<module>)
 TARGETS = {
@@ -41,6 +44,9 @@ TARGETS = {
     "ntk": "ntk",                     # NTK-regime diagnostics: head movement, lambda_min, kernel drift
     "projsgd": "projsgd",             # ProjGD vs ProjSGD: min training loss vs m
 }
+
+#: The text table of a target, next to its figures.
+SUMMARY = "summary.txt"
 
 
 @dataclass
@@ -81,20 +87,25 @@ def run_target(name: str, size: str = "quick", out: str | Path = "results", *, w
         raise InputError(f"target {name!r} has no size {size!r}; sizes: {', '.join(mod.SIZES)}")
     outdir = Path(out) / name / size
     celldir = outdir / "cells"
+    # a summary that cannot be written (a FIFO of its name) is refused before the run; a results directory
+    # that cannot be created is the sweep's to report
+    if os.path.isdir(outdir):
+        check_output(outdir / SUMMARY)
     cells = mod.cells(**with_seeds(mod.SIZES[size], seeds))
+    version = getattr(mod, "CELL_VERSION", 1)
     if not summarize_only:
         if hasattr(mod, "equivalent_cell"):
-            copied = copy_equivalent(cells, celldir, lambda cell: _equivalents(mod, cell, Path(out)))
+            copied = copy_equivalent(cells, celldir, lambda cell: _equivalents(mod, cell, Path(out)), version)
             if copied and hasattr(progress, "note"):
                 progress.note(f"reproduce {name} ({size}): {copied} cells copied from another target's results "
                               "(the same computation)")
         run_sweep(mod.cell, cells, celldir, workers=workers, scheduler=scheduler,
-                  dask_local=dask_local, progress=progress, label=f"reproduce {name} ({size})")
-    results = load_results(celldir, cells)
+                  dask_local=dask_local, progress=progress, label=f"reproduce {name} ({size})", version=version)
+    results = load_results(celldir, cells, version)
     if not results:
         raise InputError(f"{celldir}: no finished cells to summarize")
     summary = mod.summarize(results, outdir)
-    (outdir / "summary.txt").write_text(summary.table + "\n")
+    atomic_write(outdir / SUMMARY, lambda fh: fh.write((summary.table + "\n").encode()))
     return summary
 
 
@@ -132,17 +143,6 @@ def _handler(args) -> int:
     return 0
 
 
-def _count(text: str) -> int:
-    """A command-line count (workers, seeds): a whole number >= 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
-    return value
-
-
 def register(subparsers) -> None:
     """Add ``ntpref reproduce`` to the command line."""
     from ..sweep import SCHEDULER_TIMEOUT
@@ -154,12 +154,12 @@ def register(subparsers) -> None:
     size.add_argument("--quick", action="store_true", help="small default size (minutes on 2 cores)")
     size.add_argument("--full", action="store_true", help="the papers' size")
     p.add_argument("--out", default="results", help="results directory (default: results)")
-    p.add_argument("--workers", type=_count, default=1, help="local worker processes (default 1)")
+    p.add_argument("--workers", type=count_argument, default=1, help="local worker processes (default 1)")
     dist = p.add_mutually_exclusive_group()
     dist.add_argument("--scheduler", metavar="tcp://HOST:PORT",
                       help=f"run cells on a Dask distributed cluster (it must answer within {SCHEDULER_TIMEOUT} s)")
-    dist.add_argument("--dask-local", type=_count, metavar="N", help="start a local Dask cluster of N workers")
-    p.add_argument("--seeds", type=_count, metavar="N",
+    dist.add_argument("--dask-local", type=count_argument, metavar="N", help="start a local Dask cluster of N workers")
+    p.add_argument("--seeds", type=count_argument, metavar="N",
                    help="run (or summarize) the first N seeds instead of the size's own number")
     p.add_argument("--summarize-only", action="store_true", help="rebuild table and figures from finished cells")
     p.add_argument("--list", action="store_true", help="list the targets")

@@ -22,11 +22,12 @@ def pyplot():
 
 
 def save_figure(fig, path: str | Path) -> Path:
-    """Write ``fig`` as PNG atomically (dpi 110; the directory is created if needed) and close it."""
+    """Write ``fig`` as PNG atomically (dpi 110; missing directories are created) and close it."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(path, lambda fh: fig.savefig(fh, format="png", dpi=110, bbox_inches="tight"))
-    pyplot().close(fig)
+    try:
+        atomic_write(path, lambda fh: fig.savefig(fh, format="png", dpi=110, bbox_inches="tight"))
+    finally:
+        pyplot().close(fig)
     return path
 
 

@@ -53,7 +53,7 @@ def _parse(model: str, arrays: Mapping[str, np.ndarray], required=(), optional=(
     ``arrays``."""
     spec = model_named(model)
     check_names(arrays, ("X", "y") + spec.blocks + tuple(required), ("kappa",) + spec.options + tuple(optional),
-                f"{what} input of model {model!r}")
+                f"{what} input of model {model!r}", train_names=_TRAIN_REQUIRED + _TRAIN_OPTIONAL)
     return spec, input_data(model, arrays), [arrays[b] for b in spec.blocks], input_kappa(arrays)
 
 

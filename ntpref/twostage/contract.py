@@ -53,7 +53,7 @@ def _f64(x) -> np.ndarray:
 
 def evaluate(model: str, arrays: Mapping[str, np.ndarray], backend: str = "numba") -> dict[str, np.ndarray]:
     """Outputs of ``ntpref eval`` for model "twostage"."""
-    check_names(arrays, DATA, ("E", "K", "succ"), f"{model} eval input")
+    check_names(arrays, DATA, ("E", "K", "succ"), f"{model} eval input", train_names=TRAIN + ("direction",))
     ds = input_dataset(arrays)
     W_ov, W_kq = _matrices(arrays, ds.d)
     prep = prepare(ds)
