@@ -212,6 +212,11 @@ def _finished(path: Path, params: Mapping, *, warn: bool, version: int = 1) -> d
     None; with ``warn``, a file that exists but does not is reported with a warning (the sweep recomputes it)."""
     if not os.path.lexists(path):
         return None
+    if os.path.islink(path):   # written through, it would replace the file of the cell it points at
+        if warn:
+            warnings.warn(f"recomputing {path}: a symbolic link, not a cell file (it is replaced by one)",
+                          stacklevel=3)
+        return None
     try:
         stored, arrays, stored_version = _read_cell(path)
     except InputError as exc:
@@ -235,6 +240,8 @@ def _write_cell(path: Path, params: Mapping, result: Mapping, version: int = 1) 
     for key in (PARAMS_KEY, VERSION_KEY):
         if key in result:
             raise NtprefError(f"sweep: cell result may not contain '{key}'")
+    if os.path.islink(path):
+        os.unlink(path)
     save_npz(path, {**result, PARAMS_KEY: np.array(json.dumps(dict(params), sort_keys=True)),
                     VERSION_KEY: np.array(version, dtype=np.int64)})
 

@@ -131,3 +131,17 @@ def test_cells_of_another_code_version_are_recomputed_never_summarized(tmp_path)
     assert copy_equivalent(cells, copies, lambda c: [(tmp_path, c)], version=1) == 0   # version 2 is not a copy of 1
     assert copy_equivalent(cells, copies, lambda c: [(tmp_path, c)], version=2) == 2
     assert [p for p, _ in load_results(copies, cells, version=2)] == cells
+
+
+def test_a_symlinked_cell_is_replaced_by_a_file_and_its_target_left_alone(tmp_path):
+    cells = grid(seed=[0, 1], x=[2.0])
+    run_sweep(square_cell, cells, tmp_path)
+    first, second = (tmp_path / f"{cell_key(c)}.npz" for c in cells)
+    before = first.read_bytes()
+    second.unlink()
+    second.symlink_to(first.name)                      # seed 1's cell points at seed 0's file
+    with pytest.warns(UserWarning, match=r"recomputing .*seed=1_x=2.0.npz: a symbolic link, not a cell file"):
+        assert run_sweep(square_cell, cells, tmp_path).computed == 1
+    assert not second.is_symlink() and first.read_bytes() == before
+    assert run_sweep(square_cell, cells, tmp_path).computed == 0
+    _check(tmp_path, cells)
