@@ -392,3 +392,14 @@ def test_every_missing_array_is_named(tmp_path, capsys):
     assert err.endswith("twostage train input: missing arrays 'eta', 'T'\n"), err
     err = assert_rejected(tmp_path, capsys, "eval", {k: v for k, v in good.items() if k not in ("eta", "T")})
     assert "unknown array 'T0', an input of training" in err
+
+
+@pytest.mark.parametrize("make", [shallow_eval, indrnn_eval, lambda: train_of(shallow_eval())])
+def test_x_in_the_n_d_T_layout_is_said_to_look_transposed(tmp_path, capsys, make):
+    good = make()
+    kind = "train" if "eta" in good else "eval"
+    n, T, d = good["X"].shape
+    err = assert_rejected(tmp_path, capsys, kind, {**good, "X": good["X"].transpose(0, 2, 1).copy()},
+                          f"X looks transposed: the parameters fit tokens of dimension {d} = X.shape[1]",
+                          "X.transpose(0, 2, 1)")
+    assert err.count("X looks transposed") == 1

@@ -115,13 +115,31 @@ def check_data(model: Model, data) -> None:
                          f"{type(data).__module__}.{type(data).__qualname__}")
 
 
+def checked_params(model: Model, data, params):
+    """``model.check_params(*params, d=)`` for the tokens of ``data`` (X [n, T, d]); when the parameters fit
+    d = T instead, the error adds that X looks transposed (the [n, d, T] layout of other code)."""
+    n, T, d = data.X.shape
+    try:
+        return model.check_params(*params, d=d)
+    except InputError as exc:
+        if T == d:
+            raise
+        try:
+            model.check_params(*params, d=T)
+        except InputError:
+            raise exc from None
+        raise InputError(f"{exc}; X looks transposed: the parameters fit tokens of dimension {T} = X.shape[1] "
+                         f"(X is [n, T, d], token t of input j is X[j, t, :]; give an [n, d, T] array as "
+                         "X.transpose(0, 2, 1))") from None
+
+
 def forward(model: Model, data, params, *, kappa, backend) -> Forward:
     """Forward(loss, f) of ``model`` at ``params`` (its parameters in order), all validated here:
     :func:`forward_checked`."""
     check_data(model, data)
     kappa = check_kappa(kappa)
     check_backend(backend)
-    return forward_checked(model, data, model.check_params(*params, d=data.X.shape[2]), kappa, backend)
+    return forward_checked(model, data, checked_params(model, data, params), kappa, backend)
 
 
 def forward_checked(model: Model, data, params, kappa: float, backend: str) -> Forward:
@@ -141,7 +159,7 @@ def loss_and_grad(model: Model, data, params, *, kappa, backend):
     check_backend(backend)
     if data.y is None:
         raise InputError("array 'y': the loss needs targets y [n]")
-    return loss_and_grad_checked(model, data, model.check_params(*params, d=data.X.shape[2]), kappa, backend)
+    return loss_and_grad_checked(model, data, checked_params(model, data, params), kappa, backend)
 
 
 def loss_and_grad_checked(model: Model, data, params, kappa: float, backend: str):

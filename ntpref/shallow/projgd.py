@@ -34,7 +34,7 @@ from ..errors import InputError, NonFiniteError
 from ..progress import silent
 from . import indrnn
 from . import model as transformer
-from .evaluation import Model, check_kappa, forward_checked, loss_and_grad_checked
+from .evaluation import Model, check_kappa, checked_params, forward_checked, loss_and_grad_checked
 from .projection import head_radii, project
 
 
@@ -137,7 +137,7 @@ def train(data, params: Sequence[np.ndarray], *, eta, steps, rho=None, batch_siz
     if len(params) != len(spec.blocks):
         raise InputError(f"model {spec.name!r}: expected {len(spec.blocks)} parameter blocks "
                          f"({', '.join(spec.blocks)}), got {len(params)}")
-    theta = spec.check_params(*params, d=data.X.shape[2])   # validated once: the steps call the checked forms
+    theta = checked_params(spec, data, params)   # validated once: the steps call the checked forms
     radii = head_radii(rho, theta[0].shape[0], len(spec.blocks))
     if val is not None:
         val = _check_val(spec, data, val)
