@@ -36,7 +36,7 @@ def test_errors_reported():
     r = row([2.0, 4.0], [2.0, 4.4], rtol=1.0)
     assert r.max_abs_err == pytest.approx(0.4) and r.max_rel_err == pytest.approx(0.1)
     r = row([0.0], [1e-3], rtol=1.0)
-    assert r.max_rel_err == np.inf and not r.ok
+    assert r.max_rel_err is None and not r.ok          # relative to an expected 0: undefined, shown as "-"
 
 
 def test_exact_compares_values_and_the_sign_of_zero():
@@ -351,3 +351,9 @@ def test_tolerance_for_an_array_the_files_do_not_hold_is_refused(tmp_path, capsy
     assert main(["compare", str(tmp_path / "e.npz"), str(tmp_path / "e.npz"), "--tolerances", str(tmp_path / "t.json")]) == 2
     assert capsys.readouterr().err == (f"ntpref: error: {tmp_path / 't.json'}: a tolerance for array 'grad_w', which "
                                        "neither result file holds (did you mean 'grad_W'?)\n")
+
+
+def test_relative_error_leaves_out_entries_expected_to_be_zero():
+    row = compare_one("g", np.array([0.0, 2.0, 0.0]), np.array([1e-17, 2.0 + 2.0 ** -51, 0.0]), tolerance(atol=1e-15))
+    assert row.ok and row.max_abs_err == 2.0 ** -51 and row.max_rel_err == 2.0 ** -52   # not inf from the 0 entry
+    assert compare_one("k", np.array([0, 3]), np.array([1, 3]), EXACT).max_rel_err == 0.0

@@ -256,7 +256,7 @@ def test_stored_eval_independent_implementation_passes(case):
     mine = NAIVE[entry["model"]](inputs)
     report = passes({k: expected[k] for k in mine}, mine, policy(case))
     if case == "shallow_eval_paired_init":                   # index-order head sum: f is not exactly 0
-        assert np.any(mine["f"]) and report.rows[0].max_rel_err == np.inf
+        assert np.any(mine["f"]) and report.rows[0].max_abs_err > 0 and report.rows[0].max_rel_err is None
 
 
 @pytest.mark.parametrize("case", [c for c in CASES if MANIFEST["cases"][c]["kind"] != "train"])

@@ -131,7 +131,7 @@ class Row(NamedTuple):
     name: str
     shape: tuple
     max_abs_err: float | None
-    max_rel_err: float | None
+    max_rel_err: float | None   # over the entries whose expected value is not 0 (None: there are none)
     tolerance: str
     ok: bool
     note: str = ""
@@ -262,7 +262,7 @@ def compare_one(name: str, expected: np.ndarray, actual: np.ndarray, tol: Mappin
     if ce == "integer":
         ok = bool(np.array_equal(e, a))
         diff = np.abs(e.astype(np.float64) - a.astype(np.float64))
-        rel = np.divide(diff, np.abs(e.astype(np.float64)), out=np.where(diff == 0, 0.0, np.inf), where=e != 0)
+        rel = np.divide(diff, np.abs(e.astype(np.float64)), out=np.zeros_like(diff), where=e != 0)
         return Row(name, e.shape, float(diff.max(initial=0.0)), float(rel.max(initial=0.0)), "exact", ok,
                    "" if ok else f"{int(np.sum(e != a))} entries differ")
     work = np.result_type(e.dtype, a.dtype)
@@ -270,8 +270,9 @@ def compare_one(name: str, expected: np.ndarray, actual: np.ndarray, tol: Mappin
     finite = np.isfinite(e) & np.isfinite(a)
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
         diff = np.where(finite, np.abs(a - e), 0.0)
-        rel = np.where(diff == 0, 0.0, diff / np.abs(e))
-    max_abs, max_rel = float(diff.max(initial=0.0)), float(rel.max(initial=0.0))
+        rel = np.where((diff == 0) | (e == 0), 0.0, diff / np.abs(e))   # relative to 0 is undefined, not inf
+    max_abs = float(diff.max(initial=0.0))
+    max_rel = float(rel.max(initial=0.0)) if (e != 0).any() else None
     nonfinite = "; ".join(filter(None, (_nonfinite(e, labels[0]), _nonfinite(a, labels[1]))))
     ratio = None
     if _is_exact(tol) and "head" not in tol:
