@@ -158,3 +158,12 @@ def test_output_onto_a_full_device_is_one_line(argv):
     with open("/dev/full", "w") as full:
         proc = subprocess.run(NTPREF + argv, stdout=full, stderr=subprocess.PIPE, text=True, timeout=120)
     assert (proc.returncode, proc.stderr) == (2, "ntpref: cannot write to standard output: No space left on device\n")
+
+
+def test_reproduce_without_matplotlib_refuses_before_computing(tmp_path, capsys, monkeypatch):
+    from ntpref.cli import main
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)      # import matplotlib raises ImportError
+    assert main(["reproduce", "twostage", "--out", str(tmp_path), "-q"]) == 2
+    assert capsys.readouterr().err == "ntpref: error: figures need matplotlib: pip install 'ntpref[plot]'\n"
+    assert list(tmp_path.iterdir()) == []

@@ -121,6 +121,7 @@ def _equivalents(mod, cell: dict, out: Path):
 
 def _handler(args) -> int:
     from ..progress import Progress
+    from .plots import pyplot
 
     if args.list or not args.targets:
         for name, module in TARGETS.items():
@@ -129,6 +130,7 @@ def _handler(args) -> int:
     names = list(TARGETS) if args.targets == ["all"] else args.targets
     for name in names:
         target_module(name)  # fail on a typo before running anything
+    pyplot()                 # and without matplotlib before computing cells whose summary could not be drawn
     if os.path.exists(args.out) and not os.path.isdir(args.out):
         raise InputError(f"--out {args.out}: not a directory (give the directory for the results)")
     for name in names:
