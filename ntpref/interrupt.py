@@ -146,7 +146,7 @@ class handling:
         return self
 
     def __exit__(self, *exc_info):
-        _state["unwind"] = False
+        _state.update(unwind=False, received=None)
         sys.unraisablehook = self.hook
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, self.alarm if self.alarm is not None else signal.SIG_DFL)

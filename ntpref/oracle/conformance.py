@@ -12,10 +12,19 @@ arrays are compared with the oracle's outputs under the float64 policy (docs/tol
 ``precision="float32"``, the float32 envelope (:mod:`ntpref.oracle.envelope`):
 
 * an array the oracle does not output fails (a misspelt name is never ignored); an output the
-  adapter does not return is listed, not failed (e.g. the max-margin solutions of a training run);
-  a case whose outputs the adapter returns none of fails;
-* ``NotImplementedError`` raised by the adapter marks the case skipped, with its message; any other
-  exception is an :class:`AdapterError` carrying the adapter's own traceback (exit status 2);
+  adapter does not return is listed in its case, not failed; a case whose outputs the adapter returns
+  none of fails;
+* a run passes only if every **required** output of its cases was compared in at least one case:
+  every output except the :data:`OPTIONAL` diagnostics (the max-margin solutions ``W_ov_star``,
+  ``W_kq_star`` and the correlations with them, ``stage1_corr``, ``stage2_corr``, which need a QP
+  solver). So the loss, the model output and every gradient of an eval case, the trained parameters,
+  ``loss_floor`` and the per-step logs of a train case are required; a required output that no case
+  returned fails the run unless it is named in ``skip_outputs`` (``--skip-output NAME``);
+* ``NotImplementedError`` raised by the adapter marks the case skipped, with its message; anything
+  else it raises while it loads or runs (any exception, also ``SystemExit`` and ``KeyboardInterrupt``)
+  is an :class:`AdapterError` carrying the adapter's own traceback (exit status 2). Only a signal is
+  an interruption: one that :mod:`ntpref.interrupt` recorded (the command's handlers), or, under
+  Python's default SIGINT handler, a KeyboardInterrupt (a Ctrl-C cannot be told from a raised one);
 * for a failing per-step log the report names the first step where the adapter leaves tolerance.
 
 Python API (e.g. in a pytest suite)::
@@ -31,29 +40,60 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import signal
 import sys
 import time
 import traceback
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
 
+from .. import interrupt
 from ..errors import InputError, NtprefError
 from .cases import DEFAULT_RANDOM, MODELS, PRECISIONS, TRAJECTORIES, Case, cases
 from .compare import Row, compare_arrays, compare_one
 
-__all__ = ["Adapter", "AdapterError", "CaseReport", "cases", "check", "load_adapter", "run"]
+__all__ = ["Adapter", "AdapterError", "CaseReport", "OPTIONAL", "RunReport", "cases", "check", "load_adapter", "run"]
 
 LABELS = ("oracle", "adapter")
 #: The adapter function of each kind of case.
 FUNCTIONS = {"eval": "evaluate", "train": "train"}
+#: Outputs a run passes without: the max-margin solutions and the correlations with them (a QP solver's).
+OPTIONAL = frozenset({"W_ov_star", "W_kq_star", "stage1_corr", "stage2_corr"})
 
 
 class AdapterError(NtprefError):
     """The adapter raised (other than NotImplementedError) or returned something that is not a dict of arrays.
     ``__cause__`` holds the adapter's own exception, when there is one."""
+
+
+def _interruption(exc: BaseException) -> bool:
+    """Whether ``exc`` comes from a signal rather than from the adapter: :mod:`ntpref.interrupt` recorded
+    one, or ``exc`` is a KeyboardInterrupt while SIGINT has Python's default handler (which makes a Ctrl-C
+    one, indistinguishable from a raised one)."""
+    return interrupt.received() is not None or (
+        isinstance(exc, KeyboardInterrupt) and signal.getsignal(signal.SIGINT) is signal.default_int_handler)
+
+
+def _raised(exc: BaseException) -> str:
+    """What the adapter raised: ``KeyError: 'x'`` for an exception, ``SystemExit(0)`` or
+    ``KeyboardInterrupt()`` for the others (their text alone says nothing)."""
+    return f"{type(exc).__name__}: {exc}" if isinstance(exc, Exception) else repr(exc)
+
+
+@contextmanager
+def _adapter_code(where: str):
+    """Run adapter code: whatever it raises, a signal's interruption excepted, becomes the AdapterError
+    ``{where} raised {what}``."""
+    try:
+        yield
+    except BaseException as exc:
+        if _interruption(exc):
+            raise
+        raise AdapterError(f"{where} raised {_raised(exc)}") from exc
 
 
 class Adapter(NamedTuple):
@@ -115,11 +155,12 @@ def _load_file(path: Path):
         sys.modules[name] = module
     sys.path.insert(0, str(folder))
     try:
-        spec.loader.exec_module(module)
-    except Exception as exc:
+        with _adapter_code(f"{path}: loading the adapter"):
+            spec.loader.exec_module(module)
+    except BaseException:
         if package:
             sys.modules.pop(name, None)
-        raise AdapterError(f"{path}: loading the adapter raised {type(exc).__name__}: {exc}") from exc
+        raise
     finally:
         sys.path.remove(str(folder))
     if package in sys.modules:       # imported by the adapter's relative imports: it must be the file's own
@@ -226,9 +267,14 @@ def _table(rows: list[tuple], precision: str) -> str:
     return tabulate(rows, headers=headers, disable_numparse=True) if rows else "(no rows)"
 
 
+def _where(adapter: Adapter, case: Case) -> str:
+    """``ADAPTER: evaluate() on case ID``, the head of a message about the adapter's run of ``case``."""
+    return f"{adapter.name}: {FUNCTIONS[case.kind]}() on case {case.id}"
+
+
 def _outputs(returned, adapter: Adapter, case: Case, precision: str) -> dict[str, np.ndarray]:
     """The adapter's return value as NumPy arrays (float32 ones widened in float32 mode)."""
-    where = f"{adapter.name}: {FUNCTIONS[case.kind]}() on case {case.id}"
+    where = _where(adapter, case)
     if not isinstance(returned, Mapping):
         raise AdapterError(f"{where} returned {type(returned).__name__}, not a dict of arrays")
     out = {}
@@ -263,8 +309,9 @@ def check(adapter, case: Case, precision: str = "float64") -> CaseReport:
     """Run ``case`` through the adapter (path, module, object or dict; see :func:`load_adapter`) and
     compare with the oracle under the float64 policy or, ``precision="float32"``, the float32 envelope.
 
-    Raises AdapterError when the adapter raises (its exception is the ``__cause__``) or returns
-    something other than a dict of arrays; NotImplementedError gives a skipped report."""
+    Raises AdapterError when the adapter raises anything but a signal's interruption (its exception is
+    the ``__cause__``) or returns something other than a dict of arrays; NotImplementedError gives a
+    skipped report."""
     if precision not in PRECISIONS:
         raise InputError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
     adapter = load_adapter(adapter)
@@ -274,14 +321,12 @@ def check(adapter, case: Case, precision: str = "float64") -> CaseReport:
         return CaseReport(case, precision, skipped=f"the adapter defines no {FUNCTIONS[case.kind]}()")
     expected, tols = case.expected, case.tolerances(precision)
     inputs = {k: np.array(v) for k, v in case.inputs.items() if k != "model"}
-    try:
-        returned = fn(case.model, inputs)
-    except NotImplementedError as exc:
-        return CaseReport(case, precision, skipped=str(exc) or "NotImplementedError",
-                          seconds=time.perf_counter() - start)
-    except Exception as exc:
-        raise AdapterError(f"{adapter.name}: {FUNCTIONS[case.kind]}() raised {type(exc).__name__} on case "
-                           f"{case.id}: {exc}") from exc
+    with _adapter_code(_where(adapter, case)):
+        try:
+            returned = fn(case.model, inputs)
+        except NotImplementedError as exc:
+            return CaseReport(case, precision, skipped=str(exc) or "NotImplementedError",
+                              seconds=time.perf_counter() - start)
     actual = _outputs(returned, adapter, case, precision)
     names = [n for n in expected if n in actual]
     report = compare_arrays(expected, actual, tols, names=names, labels=LABELS)
@@ -291,30 +336,70 @@ def check(adapter, case: Case, precision: str = "float64") -> CaseReport:
 
 
 # --- a whole run --------------------------------------------------------------------------------------
+class RunReport(list):
+    """The :class:`CaseReport` of every case of a run, in order, and the verdict of the whole run:
+    ``never_compared`` (the required outputs, not in ``skip_outputs``, that no case returned), ``ok``
+    and ``total()``."""
+
+    def __init__(self, reports: Iterable[CaseReport] = (), skip_outputs: Iterable[str] = ()):
+        super().__init__(reports)
+        self.skip_outputs = frozenset(skip_outputs)
+
+    @property
+    def never_compared(self) -> list[str]:
+        """Outputs of the cases run that no case compared, less the :data:`OPTIONAL` and skipped ones."""
+        compared = {row.name for r in self for row in r.rows}
+        missing = dict.fromkeys(n for r in self for n in r.not_returned)
+        return [n for n in missing if n not in compared and n not in OPTIONAL and n not in self.skip_outputs]
+
+    @property
+    def ok(self) -> bool:
+        """No case failed, at least one array was compared and every required output was."""
+        return all(r.ok for r in self) and any(r.rows for r in self) and not self.never_compared
+
+    def total(self) -> str:
+        """One line: the counts of cases and arrays and the verdict, saying what was not checked."""
+        counts = {s: sum(r.status == s for r in self) for s in ("pass", "FAIL", "skip")}
+        arrays = sum(len(r.rows) for r in self)
+        never = self.never_compared
+        verdict = "PASS" if self.ok else "FAIL"
+        if never:
+            verdict += (f": {', '.join(never)} never compared "
+                        "(returned by no case; --skip-output NAME to accept)")
+        elif not arrays and not counts["FAIL"]:
+            verdict += " (nothing was compared)"
+        return (f"{len(self)} cases: {counts['pass']} passed, {counts['FAIL']} failed, {counts['skip']} skipped; "
+                f"{arrays} arrays compared: {verdict}")
+
+
+def _check_skips(skip_outputs: Iterable[str], selected: list[Case]) -> None:
+    """InputError for a name of ``skip_outputs`` that no selected case outputs (a misspelt name is never
+    ignored)."""
+    outputs = {n for case in selected for n in case.expected}
+    unknown = [n for n in skip_outputs if n not in outputs]
+    if unknown:
+        raise InputError(f"--skip-output {unknown[0]}: not an output of the cases run "
+                         f"({', '.join(sorted(outputs)) or 'none'})")
+
+
 def run(adapter, models=None, random: int = DEFAULT_RANDOM, seed: int = 0, precision: str = "float64",
-        stored: bool = True, root=None, progress: Callable[[CaseReport], None] | None = None) -> list[CaseReport]:
+        stored: bool = True, root=None, progress: Callable[[CaseReport], None] | None = None,
+        skip_outputs: Iterable[str] = ()) -> RunReport:
     """:func:`check` on every case of ``models`` whose kind the adapter defines: the stored cases (of
     ``root``; none when ``stored`` is False) and ``random`` random cases per model from ``seed``.
-    ``progress`` sees each report as it is made."""
+    ``progress`` sees each report as it is made. ``skip_outputs`` names required outputs the run passes
+    without (InputError for a name no case outputs)."""
     adapter = load_adapter(adapter)
-    reports = []
-    for case in cases(models, random, seed, stored, root):
-        if adapter.function(case.kind) is None:
-            continue
+    selected = [case for case in cases(models, random, seed, stored, root) if adapter.function(case.kind)]
+    skip_outputs = list(skip_outputs)
+    if skip_outputs:
+        _check_skips(skip_outputs, selected)
+    reports = RunReport(skip_outputs=skip_outputs)
+    for case in selected:
         reports.append(check(adapter, case, precision))
         if progress is not None:
             progress(reports[-1])
     return reports
-
-
-def total(reports: list[CaseReport]) -> tuple[str, bool]:
-    """(one-line total, passed): passed when no case failed and at least one array was compared."""
-    counts = {s: sum(r.status == s for r in reports) for s in ("pass", "FAIL", "skip")}
-    arrays = sum(len(r.rows) for r in reports)
-    ok = counts["FAIL"] == 0 and arrays > 0
-    verdict = "PASS" if ok else "FAIL" + ("" if counts["FAIL"] else " (nothing was compared)")
-    return (f"{len(reports)} cases: {counts['pass']} passed, {counts['FAIL']} failed, {counts['skip']} skipped; "
-            f"{arrays} arrays compared: {verdict}"), ok
 
 
 def _adapter_traceback(exc: BaseException) -> str:
@@ -337,7 +422,7 @@ def _handle(args) -> int:
             "float32 envelope (docs/conformance.md)"
         print(f"conformance of {args.adapter} ({', '.join(defined)}) under the {policy}; random cases from seed {args.seed}")
         reports = run(adapter, args.model, args.random, args.seed, args.precision, not args.no_stored, args.root,
-                      progress=lambda r: print(r.summary(), flush=True))
+                      progress=lambda r: print(r.summary(), flush=True), skip_outputs=args.skip_output)
     except AdapterError as exc:
         if exc.__cause__ is not None:
             print(_adapter_traceback(exc.__cause__), end="", file=sys.stderr)
@@ -345,7 +430,7 @@ def _handle(args) -> int:
     rows = [row for r in reports for row in r.table_rows(args.verbose)]
     if rows:
         print(_table(rows, args.precision))
-    line, ok = total(reports)
+    line, ok = reports.total(), reports.ok
     if args.precision == "float64" and any("less precise" in r.note for rep in reports for r in rep.rows):
         print("(float32 results cannot meet the float64 policy: judge them with --precision float32)")
     print(line)
@@ -358,11 +443,13 @@ def _handle(args) -> int:
 
 
 def register(subparsers) -> None:
-    """Add ``ntpref conformance ADAPTER.py [--model ...] [--random N] [--seed S] [--precision ...] [--json F] [-v]``."""
+    """Add ``ntpref conformance ADAPTER.py [--model ...] [--random N] [--seed S] [--precision ...]
+    [--skip-output NAME ...] [--json F] [-v]``."""
     text = "check an implementation (an adapter file defining evaluate and/or train) against the oracle"
     p = subparsers.add_parser("conformance", help=text, description=text + " on every stored eval/train case and "
                               "fresh random cases covering the options and edge regimes (docs/conformance.md). "
-                              "Exit 0 all pass, 1 a case failed, 2 adapter or usage error.")
+                              "Exit 0 all pass, 1 a case failed or a required output was never compared, "
+                              "2 adapter or usage error.")
     p.add_argument("adapter", metavar="ADAPTER.py",
                    help="defines evaluate(model, inputs) and/or train(model, inputs) returning dicts of arrays")
     p.add_argument("--model", nargs="+", choices=MODELS, help="only these models (default all)")
@@ -374,6 +461,8 @@ def register(subparsers) -> None:
                         "each input (default float64)")
     p.add_argument("--no-stored", action="store_true", help="only the random cases")
     p.add_argument("--root", metavar="DIR", help="reference directory of the stored cases (default: as ntpref verify)")
+    p.add_argument("--skip-output", action="append", default=[], metavar="NAME",
+                   help="accept that no case returns this output (an eval or train output; repeatable)")
     p.add_argument("--json", metavar="REPORT.json", help="also write the report as JSON")
     p.add_argument("-v", "--verbose", action="store_true", help="every array's row (default: failures only)")
     p.set_defaults(func=_handle)

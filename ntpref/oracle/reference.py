@@ -112,6 +112,13 @@ def load_manifest(root: str | os.PathLike | None = None) -> dict:
     return manifest
 
 
+def require_cases(root: Path, manifest: Mapping) -> None:
+    """InputError when ``manifest``, that of the reference directory ``root``, holds no case: the directory
+    is missing or has no manifest yet, so there is nothing to verify or run (a mistyped ``--root``)."""
+    if not manifest["cases"]:
+        raise InputError(f"{root}: no reference cases (manifest.json missing or empty)")
+
+
 def _require(where: str, obj: Mapping, key: str, types, what: str):
     if key not in obj:
         raise InputError(f"{where}: missing key '{key}'")
@@ -540,8 +547,7 @@ def _handle_verify(args) -> int:
             c = manifest["cases"][name]
             print(f"{name} [{c['model']} {c['kind']}]: {c['description']}")
         return 0
-    if not manifest["cases"]:
-        raise InputError(f"{root}: no reference cases (manifest.json missing or empty)")
+    require_cases(root, manifest)
     return 0 if _print_results(verify(root, args.cases, args.backend), args.verbose) else 1
 
 
