@@ -453,3 +453,13 @@ def test_stored_cases_are_the_eval_and_train_cases_of_the_manifest():
     case = stored_cases(["indrnn"])[0]
     np.testing.assert_array_equal(case.expected["f"], load_npz(default_root() / "indrnn_eval" / "expected.npz")["f"])
     assert case.tolerances() == tolerances_of(load_manifest()["cases"]["indrnn_eval"])     # as ntpref verify
+
+
+def test_a_failing_report_reads_as_its_table_in_an_assert(tmp_path):
+    """pytest shows repr() of an assert's message: the docs' ``assert report.ok, report`` shows the table."""
+    from ntpref.oracle.conformance import cases, check
+
+    case = next(c for c in cases(models=["shallow"], stored=False) if c.kind == "eval")
+    report = check({"evaluate": lambda model, inputs: {"loss": np.array(1e9)}}, case)
+    assert not report.ok and repr(report) == str(report)
+    assert "loss" in repr(report) and "object at 0x" not in repr(report)

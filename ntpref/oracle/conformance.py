@@ -235,6 +235,8 @@ class CaseReport:
     def __str__(self) -> str:
         return f"{self.table()}\n{self.summary()}"
 
+    __repr__ = __str__   # what ``assert report.ok, report`` shows in pytest
+
     def to_dict(self) -> dict:
         """JSON-ready form of the report."""
         rows = [{"array": r.name, "shape": list(r.shape), "max_abs_err": _number(r.max_abs_err),
