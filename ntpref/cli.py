@@ -19,8 +19,11 @@ import warnings
 from contextlib import contextmanager, suppress
 
 from . import __version__, interrupt
-from .errors import ComparisonError, NtprefError
-from .numba_target import check_thread_variables
+
+interrupt.install_if_command()  # the command: a signal while it imports ends it with one line (ntpref.interrupt)
+
+from .errors import ComparisonError, NtprefError  # noqa: E402 - after the handlers
+from .numba_target import check_thread_variables, configure_process  # noqa: E402
 
 COMMAND_MODULES = (
     "ntpref.oracle.compare",      # compare
@@ -166,6 +169,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(argv: list[str] | None) -> int:
+    configure_process()      # before any ntpref module imports Numba (ntpref.numba_target)
     check_thread_variables()
     parser = build_parser()
     args = parser.parse_args(argv)

@@ -7,19 +7,20 @@ KeyboardInterrupt), so a result file being written is removed (:func:`ntpref.npz
 and worker processes are stopped; a second signal while that runs ends the process at once. While the
 command imports ntpref, before ``main`` starts, the process ends at once: there is nothing to clean up yet.
 
-A program that imports ntpref keeps its own handlers: :func:`install_if_command` (called first by
-``import ntpref``) acts only in the command's process, and a program calling ``main`` gets its handlers
+A program that imports ntpref keeps its own handlers: ``import ntpref`` installs none, and
+:func:`install_if_command` (called first by ``ntpref.cli``, the command's module) acts only in the
+command's process, and a program calling ``main`` gets its handlers
 back when ``main`` returns (:class:`handling`). A signal the command was started with ignored stays
 ignored (``nohup`` ignores SIGHUP, a shell's background job SIGINT). Python runs handlers between
 bytecodes, so a signal that arrives during one long Numba kernel call takes effect when the call returns;
-one that arrives while Python itself starts, before the first line of ``ntpref/__init__.py`` runs, gets
+one that arrives while Python itself starts, before ``ntpref.cli`` installs the handlers, gets
 Python's own behaviour (the process is killed by the signal, or Python reports a KeyboardInterrupt).
 """
 import os
 import signal
 import sys
 
-# Nothing else is imported here: ``import ntpref`` installs these handlers first, as early as it can.
+# Nothing else is imported here: ``ntpref.cli`` installs these handlers first, as early as it can.
 SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))
 
 

@@ -1,7 +1,9 @@
 """The Numba environment of ntpref: vector width, cache directory, thread variables.
 
-``import ntpref`` calls :func:`use_full_vector_width` and :func:`ensure_cache_dir` before any ntpref module
-imports Numba; the command line calls :func:`check_thread_variables` before it runs anything.
+The ``ntpref`` command calls :func:`configure_process` (:func:`use_full_vector_width` and
+:func:`ensure_cache_dir`) before any ntpref module imports Numba, and :func:`check_thread_variables` before
+it runs anything. ``import ntpref`` calls none of them: a program that wants the same set-up calls
+:func:`configure_process` itself, before its first use of a model (both change ``os.environ``).
 
 Vector width
 ------------
@@ -71,6 +73,14 @@ def full_width_features() -> str | None:
     if "+avx512f" not in features.split(","):
         return None
     return f"{features},{PREFER_256}"
+
+
+def configure_process() -> None:
+    """The ``ntpref`` command's Numba set-up of its process: :func:`use_full_vector_width` (speed only, results
+    are the same) and :func:`ensure_cache_dir` (needed where no cache directory is writable). Call it before
+    the first ntpref model is imported; it sets environment variables, which child processes inherit."""
+    use_full_vector_width()
+    ensure_cache_dir()
 
 
 def use_full_vector_width() -> None:

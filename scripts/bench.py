@@ -24,6 +24,7 @@ import argparse
 import sys
 
 from ntpref import bench
+from ntpref.numba_target import configure_process
 
 #: options of the benchmark's shallow / indrnn steps (the defaults of the contract)
 OPTIONS = {"kappa": 2.0, "tau_att": 1.0, "mask_last_key": False, "activation": "tanh"}
@@ -101,6 +102,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if not __package__:
         parser.error("run it from the repository root as a module: python -m scripts.bench ...")
+    configure_process()   # the kernels as the ntpref command runs them (full vector width)
     extra = []
     if not args.no_torch:
         extra += torch_implementations()
