@@ -6,6 +6,7 @@ the oracle's outputs or NumPy functions), each of which must fail with the case 
 The PyTorch and JAX adapters of examples/adapters/ are run by tests/test_crosscheck.py.
 """
 import json
+import os
 import shutil
 import signal
 import sys
@@ -463,3 +464,12 @@ def test_a_failing_report_reads_as_its_table_in_an_assert(tmp_path):
     report = check({"evaluate": lambda model, inputs: {"loss": np.array(1e9)}}, case)
     assert not report.ok and repr(report) == str(report)
     assert "loss" in repr(report) and "object at 0x" not in repr(report)
+
+
+def test_an_unwritable_json_report_is_refused_before_any_case_runs(capsys, tmp_path):
+    (tmp_path / "afile").write_text("")
+    os.mkfifo(tmp_path / "fifo.json")
+    for path, why in ((tmp_path / "afile" / "r.json", "afile' is a regular file, not a directory"),
+                      (tmp_path / "fifo.json", "it is a FIFO, not a regular file")):
+        rc, out, err = conformance(capsys, ADAPTERS / "oracle_numpy.py", "--no-stored", "--json", path)
+        assert rc == 2 and out == "" and why in err and err.count("\n") == 1, err

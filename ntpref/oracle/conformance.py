@@ -415,8 +415,10 @@ def _adapter_traceback(exc: BaseException) -> str:
 
 
 def _handle(args) -> int:
-    from ..npzio import atomic_write
+    from ..npzio import atomic_write, check_output
 
+    if args.json:
+        check_output(args.json)      # before the run, not after it
     try:
         adapter = load_adapter(args.adapter)
         defined = [FUNCTIONS[k] for k in FUNCTIONS if adapter.function(k)]
