@@ -464,3 +464,11 @@ def test_manifest_must_be_a_regular_file(runs, capsys):
     os.mkfifo(runs / "manifest.json")
     assert main(["verify", "--root", str(runs)]) == 2
     assert capsys.readouterr().err == f"ntpref: error: {runs / 'manifest.json'}: is a FIFO, not a reference manifest\n"
+
+
+def test_a_mistyped_case_name_gets_a_did_you_mean(capsys, tmp_path):
+    for argv in (["verify", "twostage_eval_onehot_suc"], ["export", "twostage_eval_onehot_suc", "-o", str(tmp_path)]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("ntpref: error: unknown case 'twostage_eval_onehot_suc' (did you mean "
+                              "'twostage_eval_onehot_succ'?); known: ") and err.count("\n") == 1, err

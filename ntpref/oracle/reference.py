@@ -362,7 +362,11 @@ def _select(manifest: Mapping, cases: Iterable[str] | None) -> list[str]:
         return known
     unknown = [c for c in cases if c not in manifest["cases"]]
     if unknown:
-        raise InputError(f"unknown case '{unknown[0]}'; known: {', '.join(known) or '(none)'}")
+        import difflib
+
+        close = difflib.get_close_matches(unknown[0], known, n=1)
+        hint = f" (did you mean '{close[0]}'?)" if close else ""
+        raise InputError(f"unknown case '{unknown[0]}'{hint}; known: {', '.join(known) or '(none)'}")
     return list(cases)
 
 
