@@ -443,3 +443,32 @@ def test_attention_cancellation_rounding_every_step_passes_and_a_1e3_error_fails
     _twostage_direction(monkeypatch, _one_entry)
     report = compare_arrays(expected, contract.train(inputs, "numpy"), tols)
     assert {"W_kq", "stage2_norm"} <= set(report.failures), report.table()
+
+
+def _huge_inputs():
+    from small_inputs import indrnn_eval, shallow_eval, twostage_eval
+
+    shallow, rnn = shallow_eval(), indrnn_eval()
+    return {"X·1e100": {**shallow, "X": shallow["X"] * 1e100}, "U·1e300": {**shallow, "U": shallow["U"] * 1e300},
+            "tau_att 1e-300": {**shallow, "tau_att": np.array(1e-300)},
+            "W_ov 1e300": {**twostage_eval(), "W_ov": np.full((5, 5), 1e300)},
+            "IndRNN u·1e300": {**rnn, "u": rnn["u"] * 1e300}}
+
+
+@pytest.mark.parametrize("label", list(_huge_inputs()))
+def test_a_bound_that_overflows_float64_says_so_and_a_result_still_matches_itself(label, tmp_path, capsys):
+    from ntpref.cli import main
+    from ntpref.npzio import save_npz
+
+    inputs = _huge_inputs()[label]
+    save_npz(tmp_path / "in.npz", inputs)
+    assert main(["eval", str(tmp_path / "in.npz"), "-o", str(tmp_path / "out.npz"), "-q"]) == 0
+    assert main(["compare", str(tmp_path / "out.npz"), str(tmp_path / "out.npz"), "--input", str(tmp_path / "in.npz")]) == 0
+    capsys.readouterr()
+    model = str(inputs["model"])
+    out = contract.evaluate(inputs)
+    tols = tolerance.default_tolerances(model, "eval", inputs, out)
+    overflowed = [n for n, t in tols.items() if t["reason"].startswith("float64 policy: the rounding bound overflows")]
+    assert overflowed and all(tols[n]["atol"] == np.finfo(np.float64).max for n in overflowed)
+    bad = {**out, overflowed[0]: np.full_like(out[overflowed[0]], np.inf)}      # non-finite values still fail
+    assert not compare_arrays(out, bad, tols).ok

@@ -618,10 +618,24 @@ def default_tolerances(model: str, kind: str, inputs: Mapping[str, np.ndarray],
     if kind == "train":
         _known(model, kind, names, TRAIN_OUTPUTS[model])
         if model == "twostage":
-            return _twostage_train(inputs, names, backend)
-        return _shallow_train(model, inputs, names, backend)
+            return _representable(_twostage_train(inputs, names, backend))
+        return _representable(_shallow_train(model, inputs, names, backend))
     if kind == "eval":
         contract.evaluate(inputs, backend)                                   # validates the input
     scales = eval_scales(model, inputs, kind)
     _known(model, kind, names, list(scales))
-    return {name: eval_tolerance(*scales[name]) for name in names}
+    return _representable({name: eval_tolerance(*scales[name]) for name in names})
+
+
+def _representable(tolerances: dict[str, dict]) -> dict[str, dict]:
+    """``tolerances`` with every bound that overflowed float64 (inf, or NaN from inf·0: inputs of size
+    ~1e300 whose outputs are finite but whose magnitudes are not) set to the largest float64, and its
+    reason saying so: for such an array the policy can only refuse non-finite values."""
+    big = float(np.finfo(np.float64).max)
+    for spec in tolerances.values():
+        bad = [k for k in ("rtol", "atol", "atol_per_step") if not np.isfinite(spec[k])]
+        if bad:
+            spec.update({k: big for k in bad})
+            spec["reason"] = ("float64 policy: the rounding bound overflows float64 (magnitudes beyond 1.8e308), "
+                              "so only non-finite values fail; " + spec["reason"])
+    return tolerances
