@@ -472,3 +472,20 @@ def test_a_bound_that_overflows_float64_says_so_and_a_result_still_matches_itsel
     assert overflowed and all(tols[n]["atol"] == np.finfo(np.float64).max for n in overflowed)
     bad = {**out, overflowed[0]: np.full_like(out[overflowed[0]], np.inf)}      # non-finite values still fail
     assert not compare_arrays(out, bad, tols).ok
+
+
+def test_a_training_whose_perturbed_rerun_overflows_still_matches_itself(tmp_path, capsys):
+    """U·1e200: the given training stays finite, the policy's rerun from a moved θ(0) does not; the bound
+    is then unbounded (largest float64), never an error blaming the input's finite arrays."""
+    from small_inputs import shallow_eval, train_of
+
+    from ntpref.cli import main
+    from ntpref.npzio import save_npz
+
+    inputs = train_of(shallow_eval())
+    inputs["U"] = inputs["U"] * 1e200
+    save_npz(tmp_path / "in.npz", inputs)
+    assert main(["train", str(tmp_path / "in.npz"), "-o", str(tmp_path / "out.npz"), "-q"]) == 0
+    assert main(["compare", str(tmp_path / "out.npz"), str(tmp_path / "out.npz"), "--input", str(tmp_path / "in.npz")]) == 0
+    out = capsys.readouterr().out
+    assert "non-finite" not in out

@@ -472,7 +472,13 @@ def _response(inputs: Mapping[str, np.ndarray], out: Mapping[str, np.ndarray], e
 
     rng = np.random.default_rng(_SEED)
     moved = {b: as_float(b, inputs[b]) + e * rng.choice((-1.0, 1.0), size=np.shape(inputs[b])) for b, e in eps.items()}
-    other = contract.train({**inputs, **moved}, backend)
+    unbounded = {k: np.full(np.shape(out[k]), np.inf) for k in out}
+    if not all(np.isfinite(v).all() for v in moved.values()):
+        return unbounded        # the step's rounding itself overflows: no bound (see _representable)
+    try:
+        other = contract.train({**inputs, **moved}, backend)
+    except InputError:          # the moved run overflows where the given one did not: no bound either
+        return unbounded
     return {k: np.abs(other[k] - out[k]) for k in out}
 
 
