@@ -25,6 +25,19 @@ def check_backend(backend: str) -> str:
     return backend
 
 
+def integer_at_least(lowest: int, why: str = ""):
+    """An argparse type: a whole number >= ``lowest`` (``why`` explains the bound in the message)."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value is None or value < lowest:
+            raise argparse.ArgumentTypeError(f"must be an integer >= {lowest}{why}, got {text!r}")
+        return value
+    return parse
+
+
 def count_argument(text: str) -> int:
     """A command-line count (workers, seeds, repeats, threads) as an argparse type: a whole number >= 1."""
     try:

@@ -52,6 +52,7 @@ from typing import NamedTuple
 import numpy as np
 
 from .. import interrupt
+from ..checks import integer_at_least
 from ..errors import InputError, NtprefError
 from .cases import DEFAULT_RANDOM, MODELS, PRECISIONS, TRAJECTORIES, Case, cases
 from .compare import Row, compare_arrays, compare_one
@@ -457,9 +458,10 @@ def register(subparsers) -> None:
     p.add_argument("adapter", metavar="ADAPTER.py",
                    help="defines evaluate(model, inputs) and/or train(model, inputs) returning dicts of arrays")
     p.add_argument("--model", nargs="+", choices=MODELS, help="only these models (default all)")
-    p.add_argument("--random", type=int, default=DEFAULT_RANDOM, metavar="N",
+    p.add_argument("--random", type=integer_at_least(0), default=DEFAULT_RANDOM, metavar="N",
                    help=f"random cases per model (default {DEFAULT_RANDOM}: every regime of every model)")
-    p.add_argument("--seed", type=int, default=0, metavar="S", help="seed of the random cases (default 0)")
+    p.add_argument("--seed", type=integer_at_least(0), default=0, metavar="S",
+                   help="seed of the random cases (default 0)")
     p.add_argument("--precision", choices=PRECISIONS, default="float64",
                    help="float64: the float64 policy; float32: a multiple of what float32 arithmetic achieves on "
                         "each input (default float64)")

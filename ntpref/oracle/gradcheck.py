@@ -23,12 +23,12 @@ agree, 1 otherwise, 2 on bad input (messages name the file).
 """
 from __future__ import annotations
 
-import argparse
 import re
 from collections.abc import Callable, Iterable, Mapping
 
 import numpy as np
 
+from ..checks import integer_at_least
 from ..errors import InputError, NtprefError
 from .compare import Report, compare_arrays, tolerance
 
@@ -167,17 +167,6 @@ def _handle(args) -> int:
     return 0 if report.ok else 1
 
 
-def _integer_at_least(lowest: int, why: str = ""):
-    """argparse type: a whole number >= ``lowest`` (``why`` explains the bound in the message)."""
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            value = None
-        if value is None or value < lowest:
-            raise argparse.ArgumentTypeError(f"must be an integer >= {lowest}{why}, got {text!r}")
-        return value
-    return parse
 
 
 def register(subparsers) -> None:
@@ -192,8 +181,8 @@ def register(subparsers) -> None:
     p.add_argument("--eps", type=float, default=1e-6, help="finite-difference step (default 1e-6)")
     p.add_argument("--rtol", type=float, default=1e-7, help="relative tolerance (default 1e-7)")
     p.add_argument("--atol", type=float, default=1e-8, help="absolute tolerance (default 1e-8)")
-    p.add_argument("--max-entries", type=_integer_at_least(1, " (every array gets at least one entry checked)"), default=None, metavar="N",
+    p.add_argument("--max-entries", type=integer_at_least(1, " (every array gets at least one entry checked)"), default=None, metavar="N",
                    help="check N >= 1 random entries per array (default all)")
-    p.add_argument("--seed", type=_integer_at_least(0), default=0, help="seed of the entry sample")
+    p.add_argument("--seed", type=integer_at_least(0), default=0, help="seed of the entry sample")
     p.add_argument("--backend", choices=("numba", "numpy"), default="numba")
     p.set_defaults(func=_handle)
