@@ -33,20 +33,13 @@ def integer_at_least(lowest: int, why: str = ""):
         except ValueError:
             value = None
         if value is None or value < lowest:
-            raise argparse.ArgumentTypeError(f"must be an integer >= {lowest}{why}, got {text!r}")
+            raise argparse.ArgumentTypeError(f"expected a whole number >= {lowest}{why}, got {text!r}")
         return value
     return parse
 
 
-def count_argument(text: str) -> int:
-    """A command-line count (workers, seeds, repeats, threads) as an argparse type: a whole number >= 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
-    return value
+#: A command-line count (workers, seeds, repeats, threads) as an argparse type: a whole number >= 1.
+count_argument = integer_at_least(1)
 
 
 def _shape_ok(shape: tuple, expected: tuple) -> bool:

@@ -345,8 +345,8 @@ def test_usage_errors_exit_2(capsys, tmp_path):
     assert f'  File "{broken}", line 3, in <module>' in err.splitlines()
     assert err.splitlines()[-1] == f"ntpref: error: {broken}: loading the adapter raised RuntimeError: cannot start"
     for args, text in ((["--model", "gpt"], "argument --model: invalid choice: 'gpt'"),
-                       (["--random", "-1"], "argument --random: must be an integer >= 0, got '-1'"),
-                       (["--seed", "-3"], "argument --seed: must be an integer >= 0, got '-3'"),
+                       (["--random", "-1"], "argument --random: expected a whole number >= 0, got '-1'"),
+                       (["--seed", "-3"], "argument --seed: expected a whole number >= 0, got '-3'"),
                        (["--precision", "float16"], "argument --precision: invalid choice: 'float16'")):
         rc, _, err = conformance(capsys, ADAPTERS / "oracle_numpy.py", *args)
         assert rc == 2 and text in err, err

@@ -146,7 +146,7 @@ def test_cli_refuses_max_entries_below_one(tmp_path, capsys, value):
     assert main(["gradcheck", str(inp), "--max-entries", value]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1
-    assert re.fullmatch(r"ntpref gradcheck: error: argument --max-entries: must be an integer >= 1.*, got "
+    assert re.fullmatch(r"ntpref gradcheck: error: argument --max-entries: expected a whole number >= 1.*, got "
                         rf"'?{value}'? \(see 'ntpref gradcheck --help'\)\n", err)
 
 
@@ -209,5 +209,5 @@ def test_seed_must_be_a_whole_number_at_least_zero(inputs, tmp_path, capsys):
     inp = _twostage_input(tmp_path)
     assert main(["gradcheck", str(inp), "--seed", "-1"]) == 2
     err = capsys.readouterr().err
-    assert err == ("ntpref gradcheck: error: argument --seed: must be an integer >= 0, got '-1' "
+    assert err == ("ntpref gradcheck: error: argument --seed: expected a whole number >= 0, got '-1' "
                    "(see 'ntpref gradcheck --help')\n")
