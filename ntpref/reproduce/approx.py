@@ -36,7 +36,7 @@ import numpy as np
 from .. import shallow
 from ..shallow.ntk import attention_weights, jvp, linearized_f, transport, transport_map, worst_case_delta
 from . import Summary
-from .configs import by_axis, select_config
+from .configs import by_axis, config_text, select_config
 from .plots import loglog_panel, pyplot, save_figure
 from .stats import axis_table, medians, slope_text, stats
 from .teacher_student import D, INIT_SEED_OFFSET, NU, RHO, TEACHERS, teacher_data
@@ -112,8 +112,7 @@ def summarize(results, outdir) -> Summary:
         lines += [note] if note else []
     # the linearisation error involves the inputs only: report it from the first teacher's cells
     config, rows, _ = select_config([r for r in results if r[0]["teacher"] == teachers[0]], ("seed", "m"))
-    lines.insert(1, f"configuration (teachers: {', '.join(teachers)}): "
-                    f"{ {k: v for k, v in config.items() if k != 'teacher'} }")
+    lines.insert(1, f"configuration (teachers: {', '.join(teachers)}): {config_text(config, ('teacher',))}")
     _series(axes[1], rows, "lin_error", "linearisation error", "C3", "o", lines, numbers, "lin_error_slope")
     for ax, ylabel, title in ((axes[0], "max_j |f_lin(X_j; θ̄) − y_j|", "approximation error vs m"),
                               (axes[1], "mean_j |f(θ0+Δ) − f_lin(θ0+Δ)|", "linearisation error vs m (no teacher)")):

@@ -35,6 +35,12 @@ def select_config(results: list, varying=("seed",)) -> tuple[dict, list, str]:
     return dict(best), rows, note
 
 
+def config_text(config: dict, leave_out=()) -> str:
+    """A configuration as the summaries print it: "K = 8192, T = 16, n = 5000" (sorted names, ``leave_out``
+    left out)."""
+    return ", ".join(f"{k} = {config[k]}" for k in sorted(config) if k not in leave_out)
+
+
 def per_seed_config(results: list) -> tuple[dict, list, str]:
     """:func:`select_config` over the seeds only, its rows as (seed, arrays) pairs sorted by seed."""
     config, rows, note = select_config(results)

@@ -31,7 +31,7 @@ from tabulate import tabulate
 
 from ..errors import InputError
 from . import Summary
-from .configs import by_axis, select_config
+from .configs import by_axis, config_text, select_config
 from .plots import loglog_panel, pyplot, save_figure
 from .stats import axis_table, loglog_slope, medians, slope_text, stats
 from .teacher_student import D, TRAIN_FRACTION, teacher_data, train_student
@@ -98,7 +98,7 @@ def relative_loss(arrays) -> float:
 def _t_sweep(rows, axes, lines: list, numbers: dict) -> None:
     """T sweep: raw min training loss and validation loss vs T (lead), relative loss (control), L(0) vs T."""
     config, rows, note = select_config(rows, ("seed", "T"))
-    lines.append(f"T sweep ({config}); paper (abstract): the optimization error is independent of T")
+    lines.append(f"T sweep ({config_text(config)}); paper (abstract): the optimization error is independent of T")
     panels = (
         (axes[0], "min_train_loss", "T", "min training loss", "min train loss", "C0", True),
         (axes[0], "final_val_loss", "T_val", "final validation loss", "final val loss", "C2", True),
@@ -143,7 +143,7 @@ def _n_sweep(rows, axes, lines: list, numbers: dict) -> None:
         loglog_panel(axes[1], ms, val_mean, val_ci, label=f"n = {n_sub}", color=f"C{i}", median=medians(val_groups))
         table += [(n_sub, int(m), len(g), f"{mu:.4e} ± {c:.1e}", f"{md:.4e}", f"{float(np.median(vg)):.4e}")
                   for m, g, mu, c, md, vg in zip(ms, groups, mean, ci, med, val_groups)]
-    lines += ["", f"n sweep ({config})",
+    lines += ["", f"n sweep ({config_text(config)})",
               tabulate(table, headers=["n", "m", "seeds", "min train loss (mean ± CI)", "median",
                                        "median final val loss"])]
     if len(ms) >= 2 and all(len(v) == len(ms) for v in med_by_n.values()):

@@ -39,7 +39,7 @@ from ..errors import InputError
 from .. import shallow
 from ..shallow.ntk import limit_kernel, min_eigenvalue, ntk_gram
 from . import Summary
-from .configs import by_axis, select_config
+from .configs import by_axis, config_text, select_config
 from .plots import loglog_panel, pyplot, save_figure
 from .stats import mean_ci, medians, slope_text, stats
 from .teacher_student import D, INIT_SEED_OFFSET, RHO, student_eta, teacher_data
@@ -182,7 +182,7 @@ def _train_summary(rows, axes, lines, numbers) -> dict:
     med = medians(groups)
     slope = loglog_panel(axes[3], ms, mean, ci, label="kernel drift at the end", color="C2", median=med, fit=med)
     numbers["drift_slope"] = slope
-    lines += [f"NTK-regime diagnostics ({config})",
+    lines += [f"NTK-regime diagnostics ({config_text(config)})",
               "movement ratio = ‖θ_i(t) − θ_i(0)‖ / (ρ/√m) per block; on the boundary: ratio ≥ 1 − 1e-9 in some "
               "block; median head: the median over heads of each head's largest block ratio (median over seeds); first "
               "step the projection acted: per seed ('never' = the unprojected run is identical)",

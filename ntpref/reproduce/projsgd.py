@@ -19,7 +19,7 @@ import numpy as np
 from tabulate import tabulate
 
 from . import Summary
-from .configs import by_axis, select_config
+from .configs import by_axis, config_text, select_config
 from .plots import ci_errorbar, loglog_panel, pyplot, save_figure
 from .stats import medians, slope_text, stats
 from .teacher_student import D, teacher_data, train_student
@@ -106,7 +106,7 @@ def summarize(results, outdir) -> Summary:
     fig.suptitle(f"Teacher–student ({config.get('teacher')} teacher), n={config.get('n')}, {config.get('steps')} "
                  "steps, the same η for every method", fontsize=9)
     path = save_figure(fig, Path(outdir) / "projsgd.png")
-    head = [f"ProjGD vs ProjSGD, min training loss vs m (d = {D}; {config})",
+    head = [f"ProjGD vs ProjSGD, min training loss vs m (d = {D}; {config_text(config)})",
             tabulate(table, headers=["method", "m", "seeds", "min train loss (mean ± CI)", "median",
                                      "mean ratio to ProjGD", "mean final val loss"], disable_numparse=True)]
     return Summary("\n".join(head + lines), [path], numbers)

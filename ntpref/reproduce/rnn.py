@@ -37,7 +37,7 @@ from ..errors import InputError
 from .. import shallow
 from ..shallow.projgd import model_named
 from . import Summary
-from .configs import by_axis, select_config
+from .configs import by_axis, config_text, select_config
 from .plots import ci_errorbar, pyplot, save_figure
 from .stats import mean_ci, stats
 from .teacher_student import INIT_SEED_OFFSET, TRAIN_FRACTION
@@ -185,7 +185,7 @@ def summarize(results, outdir) -> Summary:
         fig.suptitle(f"AR(L), m={config['m']}, n={config['n']}, {config['steps']} GD steps (η={ETA}), "
                      f"gradient maxima over {config['block']}-step blocks", fontsize=9)
     path = save_figure(fig, Path(outdir) / "rnn.png")
-    head = [f"Transformer vs IndRNN on AR(L) ({config})",
+    head = [f"Transformer vs IndRNN on AR(L) ({config_text(config)})",
             "paper (abstract): the transformer's optimization error is independent of the sequence length T; "
             "for recurrent architectures it can grow exponentially with T",
             tabulate(table, headers=["model", "lag", "seeds", "min val MSE (mean ± CI)", "median",

@@ -24,7 +24,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from . import Summary
-from .configs import by_axis, select_config
+from .configs import by_axis, config_text, select_config
 from .plots import loglog_panel, pyplot, save_figure
 from .stats import axis_table, medians, slope_text, stats
 from .teacher_student import D, TEACHERS, teacher_data, train_student
@@ -73,7 +73,7 @@ def summarize(results, outdir) -> Summary:
         color, marker = STYLE[teacher]
         slope = loglog_panel(ax, m, mean, ci, label=f"{teacher} teacher", color=color, marker=marker,
                              median=med, fit=med)
-        lines += ["", f"{TEACHERS[teacher]} ({config})", axis_table(m, groups, mean, ci)]
+        lines += ["", f"{TEACHERS[teacher]} ({config_text(config)})", axis_table(m, groups, mean, ci)]
         if slope is not None:
             lines.append(f"log-log slope fitted to the medians: {slope_text(slope, m, groups)}")
             numbers[f"slope_{teacher}"] = slope
