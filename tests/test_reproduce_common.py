@@ -115,3 +115,8 @@ def test_median_slope_interval_covers_the_power_law_and_shrinks_with_seeds():
     assert stats.slope_text(slope, m, few) == (f"{slope:+.3f} (95% bootstrap interval over 5 seeds: "
                                                f"[{lo5:+.3f}, {hi5:+.3f}])")
     assert stats.slope_text(slope, m, [g[:1] for g in few]) == f"{slope:+.3f} (no interval: 1 seed)"
+
+
+def test_config_text_is_sorted_names_and_values():
+    assert configs.config_text({"n": 5000, "K": 8192, "teacher": "full"}) == "K = 8192, n = 5000, teacher = full"
+    assert configs.config_text({"n": 5000, "K": 8192, "teacher": "full"}, ("teacher",)) == "K = 8192, n = 5000"
