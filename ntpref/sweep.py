@@ -295,7 +295,11 @@ def run_sweep(fn: Callable[..., Mapping], cells: list[dict], outdir: str | os.Pa
     keys = [cell_key(c) for c in cells]
     if len(set(keys)) != len(keys):
         raise InputError("sweep: two cells have the same parameters")
-    todo = [(k, c) for k, c in zip(keys, cells) if _finished(outdir / f"{k}.npz", c, warn=True, version=version) is None]
+    found = {k: _finished(outdir / f"{k}.npz", c, warn=True, version=version) for k, c in zip(keys, cells)}
+    odd = _odd_cells({k: (c, a) for (k, a), c in zip(found.items(), cells) if a is not None})
+    for key, why in odd.items():
+        warnings.warn(f"recomputing {outdir / f'{key}.npz'}: {why}", stacklevel=2)
+    todo = [(k, c) for k, c in zip(keys, cells) if found[k] is None or k in odd]
     total, done, start = len(cells), len(cells) - len(todo), time.perf_counter()
     report = progress or (lambda *a: None)
     report(label, done, total)
@@ -341,6 +345,40 @@ def _worker_died(exc: BaseException) -> bool:
     return isinstance(exc, BrokenProcessPool) or type(exc).__name__ == "KilledWorker"
 
 
+def _signature(arrays: Mapping[str, np.ndarray]) -> dict[str, tuple[str, int]]:
+    """Per array its dtype (strings of any length alike) and number of dimensions."""
+    return {name: (a.dtype.kind if a.dtype.kind in "US" else a.dtype.str, a.ndim) for name, a in arrays.items()}
+
+
+def _odd_cells(finished: Mapping[str, tuple[dict, Mapping[str, np.ndarray]]]) -> dict[str, str]:
+    """{key: why} for the finished cells whose arrays are not those of their kind: cells with the same
+    parameter names hold arrays of the same names, dtypes and numbers of dimensions (a cell function
+    returns one layout), so a cell whose layout differs from the one most cells of its kind share (an
+    array missing, added, of another dtype or rank: a file damaged or written by other code) is not a
+    finished cell. With fewer than two cells of a kind nothing can be said."""
+    kinds: dict[tuple, list[str]] = {}
+    for key, (params, _) in finished.items():
+        kinds.setdefault(tuple(sorted(params)), []).append(key)
+    odd = {}
+    for keys in kinds.values():
+        layouts = [json.dumps(_signature(finished[k][1]), sort_keys=True) for k in keys]
+        common = max(set(layouts), key=layouts.count)
+        if len(keys) < 2 or layouts.count(common) * 2 <= len(keys):
+            continue                            # no majority layout to hold the cells to
+        want = json.loads(common)
+        for key, layout in zip(keys, layouts):
+            if layout != common:
+                have = _signature(finished[key][1])
+                missing = [n for n in want if n not in have]
+                other = [n for n in have if n in want and list(have[n]) != want[n]]
+                extra = [n for n in have if n not in want]
+                parts = ([f"missing array(s) {', '.join(missing)}"] if missing else []) + \
+                        ([f"array(s) {', '.join(other)} of another dtype or rank"] if other else []) + \
+                        ([f"unexpected array(s) {', '.join(extra)}"] if extra else [])
+                odd[key] = "; ".join(parts) + " (the other cells of its kind differ)"
+    return odd
+
+
 def load_results(outdir: str | os.PathLike, cells: list[dict] | None = None,
                  version: int | None = None) -> list[tuple[dict, dict[str, np.ndarray]]]:
     """The finished cells in ``outdir`` as (params, arrays), sorted by cell key: every ``.npz`` file, or
@@ -370,4 +408,9 @@ def load_results(outdir: str | os.PathLike, cells: list[dict] | None = None,
             raise InputError(f"{exc}; it is not a finished cell: delete it, or run the sweep again to "
                              "recompute it") from None
         out.append((params, arrays))
+    odd = _odd_cells({cell_key(p): (p, a) for p, a in out})
+    if odd:
+        key, why = next(iter(odd.items()))
+        raise InputError(f"{outdir / f'{key}.npz'}: {why}; it is not a finished cell: delete it, or run the sweep "
+                         "again to recompute it")
     return out

@@ -145,3 +145,22 @@ def test_a_symlinked_cell_is_replaced_by_a_file_and_its_target_left_alone(tmp_pa
     assert not second.is_symlink() and first.read_bytes() == before
     assert run_sweep(square_cell, cells, tmp_path).computed == 0
     _check(tmp_path, cells)
+
+
+def test_a_cell_whose_arrays_differ_from_its_kind_is_recomputed_and_never_summarized(tmp_path):
+    from ntpref.npzio import load_npz, save_npz
+
+    cells = grid(seed=[0, 1, 2], x=[2.0])
+    run_sweep(square_cell, cells, tmp_path)
+    damaged = {1: lambda a: {k: v for k, v in a.items() if k != "v"},                       # an array missing
+               2: lambda a: {**a, "v": a["v"].astype(np.float32)}}                           # another dtype
+    for seed, damage in damaged.items():
+        path = tmp_path / f"{cell_key(cells[seed])}.npz"
+        save_npz(path, damage(load_npz(path)))
+        with pytest.raises(InputError, match=rf"seed={seed}_x=2.0.npz: (missing array\(s\) v|array\(s\) v of another "
+                                             r"dtype or rank) \(the other cells of its kind differ\); it is not a "
+                                             r"finished cell"):
+            load_results(tmp_path, cells)
+        with pytest.warns(UserWarning, match=rf"recomputing .*seed={seed}_x=2.0.npz"):
+            assert run_sweep(square_cell, cells, tmp_path).computed == 1
+        _check(tmp_path, cells)
