@@ -6,11 +6,13 @@
 #
 # Each target runs in a scratch results directory (NTPREF_SCRATCH, default /tmp/ntpref-full) seeded with
 # the committed cells of docs/results/*/full/cells/; after each seed the new cells are copied back and
-# committed (only those files). The summaries and figures under docs/results/ are not touched: rebuild
-# them from the committed cells with
+# committed (only those files). When a target's planned seeds are done, its summary and figures are
+# rebuilt from the committed cells and committed too (tests/test_committed_results.py holds every target
+# whose full grid is committed to its summary), by
 #
 #   ntpref reproduce TARGET --full --summarize-only --out docs/results
 #
+# The verdicts in docs/reproductions.md that quote those numbers are then for a person to update.
 # Runs at nice 19 with NTPREF_WORKERS worker processes (default 2).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -33,6 +35,18 @@ commit_cells() {  # scratch cells of $1 -> repository, one commit of only those 
     local target=$1 message=$2 dest="docs/results/$1/full/cells"
     mkdir -p "$dest"
     cp -u "$scratch/$target/full/cells"/*.npz "$dest/" 2>/dev/null || true
+    commit_paths "$message" "$dest"
+}
+
+commit_summary() {  # the summary and figures of $1 rebuilt from its committed cells, committed
+    local target=$1
+    nice -n 19 ntpref reproduce "$target" --full --summarize-only --out docs/results -q >/dev/null
+    commit_paths "reproduce $target: full-size summary and figures rebuilt from the committed cells" \
+        "docs/results/$target/full"
+}
+
+commit_paths() {  # one commit of only the path $2 (message $1)
+    local message=$1 dest=$2
     for attempt in $(seq 1 60); do   # the developer's own git commands may hold the index lock
         if git add -- "$dest" 2>/dev/null; then
             if git diff --cached --quiet -- "$dest"; then return 0; fi
@@ -57,5 +71,6 @@ for item in "${plan[@]}"; do
             commit_cells "$target" "reproduce $target: full-size cells of seed $n"
         done
     fi
+    commit_summary "$target"
     echo "full_runs: $target done $(date -u +%FT%TZ)"
 done
