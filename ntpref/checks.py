@@ -172,6 +172,18 @@ def as_scalar(name: str, x, kind: str = "float", low: float | None = None, high:
     return v
 
 
+def did_you_mean(name: str, choices: Iterable[str], ignore_case: bool = False) -> str:
+    """" (did you mean 'W_kq'?)" for the choice closest to a mistyped ``name`` (difflib), or "" when none is
+    close; ``ignore_case`` matches ``W_KQ`` to ``W_kq``."""
+    import difflib
+
+    choices = list(choices)
+    fold = (lambda t: t.lower()) if ignore_case else (lambda t: t)
+    by_key = {fold(c): c for c in choices}
+    close = difflib.get_close_matches(fold(name), sorted(by_key), n=1)
+    return f" (did you mean '{by_key[close[0]]}'?)" if close else ""
+
+
 def check_names(arrays: Mapping, required: Iterable[str], optional: Iterable[str] = (), what: str = "input",
                 train_names: Iterable[str] = ()) -> None:
     """Raise InputError for a missing required name or any name outside required ∪ optional.
@@ -184,13 +196,10 @@ def check_names(arrays: Mapping, required: Iterable[str], optional: Iterable[str
     required, allowed = list(required), set(required) | set(optional)
     unknown = sorted(n for n in arrays if n not in allowed)
     if unknown:
-        import difflib
-        lower = {a.lower(): a for a in allowed}
-        hint = [lower[k] for k in difflib.get_close_matches(unknown[0].lower(), sorted(lower), n=1)]
         if unknown[0] in set(train_names):
             raise InputError(f"{what}: unknown array '{unknown[0]}', an input of training: run it with "
                              "'ntpref train' (ntpref eval evaluates at the given parameters)")
-        raise InputError(f"{what}: unknown array '{unknown[0]}'" + (f" (did you mean '{hint[0]}'?)" if hint else "")
+        raise InputError(f"{what}: unknown array '{unknown[0]}'{did_you_mean(unknown[0], allowed, ignore_case=True)}"
                          + f"; allowed: {', '.join(sorted(allowed))}")
     missing = [n for n in required if n not in arrays]
     if missing:

@@ -37,6 +37,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from ..checks import did_you_mean
 from ..errors import InputError
 from ..jsonio import load_json
 
@@ -361,12 +362,9 @@ def policy_tolerances(input_path, expected: Mapping[str, np.ndarray]) -> dict[st
 
 def _check_tolerance_names(path, tolerances: list[str], names: list[str]) -> None:
     """InputError for a tolerance of an array that is not among ``names``, with the closest one."""
-    import difflib
-
     for name in tolerances:
         if name not in names:
-            close = difflib.get_close_matches(name, names, n=1)
-            hint = f" (did you mean '{close[0]}'?)" if close else f" (the files hold {', '.join(dict.fromkeys(names))})"
+            hint = did_you_mean(name, names) or f" (the files hold {', '.join(dict.fromkeys(names))})"
             raise InputError(f"{path}: a tolerance for array '{name}', which neither result file holds{hint}")
 
 

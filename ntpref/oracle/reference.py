@@ -47,6 +47,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from ..checks import did_you_mean
 from ..errors import ComparisonError, InputError
 from .compare import Report, check_tolerance, compare_arrays
 from ..jsonio import load_json
@@ -362,11 +363,8 @@ def _select(manifest: Mapping, cases: Iterable[str] | None) -> list[str]:
         return known
     unknown = [c for c in cases if c not in manifest["cases"]]
     if unknown:
-        import difflib
-
-        close = difflib.get_close_matches(unknown[0], known, n=1)
-        hint = f" (did you mean '{close[0]}'?)" if close else ""
-        raise InputError(f"unknown case '{unknown[0]}'{hint}; known: {', '.join(known) or '(none)'}")
+        raise InputError(f"unknown case '{unknown[0]}'{did_you_mean(unknown[0], known)}; known: "
+                         f"{', '.join(known) or '(none)'}")
     return list(cases)
 
 
