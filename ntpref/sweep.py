@@ -345,9 +345,10 @@ def _worker_died(exc: BaseException) -> bool:
     return isinstance(exc, BrokenProcessPool) or type(exc).__name__ == "KilledWorker"
 
 
-def _signature(arrays: Mapping[str, np.ndarray]) -> dict[str, tuple[str, int]]:
-    """Per array its dtype (strings of any length alike) and number of dimensions."""
-    return {name: (a.dtype.kind if a.dtype.kind in "US" else a.dtype.str, a.ndim) for name, a in arrays.items()}
+def _layout(arrays: Mapping[str, np.ndarray]) -> tuple:
+    """The layout of a cell's arrays: (name, dtype, ndim) sorted by name, strings of any length alike."""
+    return tuple(sorted((name, a.dtype.kind if a.dtype.kind in "US" else a.dtype.str, a.ndim)
+                        for name, a in arrays.items()))
 
 
 def _odd_cells(finished: Mapping[str, tuple[dict, Mapping[str, np.ndarray]]]) -> dict[str, str]:
@@ -355,27 +356,30 @@ def _odd_cells(finished: Mapping[str, tuple[dict, Mapping[str, np.ndarray]]]) ->
     parameter names hold arrays of the same names, dtypes and numbers of dimensions (a cell function
     returns one layout), so a cell whose layout differs from the one most cells of its kind share (an
     array missing, added, of another dtype or rank: a file damaged or written by other code) is not a
-    finished cell. With fewer than two cells of a kind nothing can be said."""
+    finished cell. Without such a majority (fewer than two cells, a tie) nothing can be said."""
+    from collections import Counter
+
     kinds: dict[tuple, list[str]] = {}
     for key, (params, _) in finished.items():
         kinds.setdefault(tuple(sorted(params)), []).append(key)
     odd = {}
     for keys in kinds.values():
-        layouts = [json.dumps(_signature(finished[k][1]), sort_keys=True) for k in keys]
-        common = max(set(layouts), key=layouts.count)
-        if len(keys) < 2 or layouts.count(common) * 2 <= len(keys):
-            continue                            # no majority layout to hold the cells to
-        want = json.loads(common)
-        for key, layout in zip(keys, layouts):
-            if layout != common:
-                have = _signature(finished[key][1])
-                missing = [n for n in want if n not in have]
-                other = [n for n in have if n in want and list(have[n]) != want[n]]
-                extra = [n for n in have if n not in want]
-                parts = ([f"missing array(s) {', '.join(missing)}"] if missing else []) + \
-                        ([f"array(s) {', '.join(other)} of another dtype or rank"] if other else []) + \
-                        ([f"unexpected array(s) {', '.join(extra)}"] if extra else [])
-                odd[key] = "; ".join(parts) + " (the other cells of its kind differ)"
+        layouts = {k: _layout(finished[k][1]) for k in keys}
+        common, count = Counter(layouts.values()).most_common(1)[0]
+        if count * 2 <= len(keys):
+            continue
+        want = {name: rest for name, *rest in common}
+        for key, layout in layouts.items():
+            if layout == common:
+                continue
+            have = {name: rest for name, *rest in layout}
+            missing = [n for n in want if n not in have]
+            other = [n for n in have if n in want and have[n] != want[n]]
+            extra = [n for n in have if n not in want]
+            parts = ([f"missing array(s) {', '.join(missing)}"] if missing else []) + \
+                    ([f"array(s) {', '.join(other)} of another dtype or rank"] if other else []) + \
+                    ([f"unexpected array(s) {', '.join(extra)}"] if extra else [])
+            odd[key] = "; ".join(parts) + " (the other cells of its kind differ)"
     return odd
 
 
