@@ -20,11 +20,13 @@ MAX_DIGITS = 30
 
 
 def _unique_keys(pairs: list) -> dict:
-    keys = [k for k, _ in pairs]
-    for k in keys:
-        if keys.count(k) > 1:
-            raise ValueError(f"key '{k}' appears {keys.count(k)} times")
-    return dict(pairs)
+    out = dict(pairs)
+    if len(out) < len(pairs):
+        from collections import Counter
+
+        key, times = Counter(k for k, _ in pairs).most_common(1)[0]
+        raise ValueError(f"key '{key}' appears {times} times")
+    return out
 
 
 def _integer(text: str) -> int:
