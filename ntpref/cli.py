@@ -30,6 +30,7 @@ COMMAND_MODULES = (
     "ntpref.oracle.reference",    # verify, regen, export
     "ntpref.oracle.gradcheck",    # gradcheck
     "ntpref.oracle.conformance",  # conformance
+    "ntpref.oracle.certify",      # certify
     "ntpref.reproduce",           # reproduce
     "ntpref.bench",               # bench
 )

@@ -5,9 +5,10 @@ level or inside a function, together with every module name written as a string 
 imported dynamically (an item of a tuple, list, set or dict display, or an argument of
 ``import_module``; e.g. cli.COMMAND_MODULES):
 
-* layers: nothing imports a module of a higher layer (:data:`LAYERS`); the two papers' packages never
-  import each other; inside a paper's package nothing imports a module of a higher rank
-  (:data:`PACKAGE_ORDER`: data, then the model and its kernels, then the algorithms, the contract on top);
+* layers: nothing imports a module of a higher layer (:data:`LAYERS`); the packages of :data:`SEPARATE`
+  (the two papers' and the exact backend, which shares no code with them) never import each other;
+  inside a paper's package nothing imports a module of a higher rank (:data:`PACKAGE_ORDER`: data, then
+  the model and its kernels, then the algorithms, the contract on top);
 * private names: no module imports or reads another module's private names (``from x import _y``,
   ``x._y``); a private module (``_m.py``) is private to its package.
 
@@ -30,14 +31,16 @@ LAYERS = (
     ("foundation", ("ntpref", "ntpref.errors", "ntpref.checks", "ntpref.progress", "ntpref.interrupt",
                     "ntpref.numba_target", "ntpref.vmath", "ntpref.npzio", "ntpref.npyheader", "ntpref.blas",
                     "ntpref.jsonio")),
-    ("papers", ("ntpref.twostage", "ntpref.twostage.*", "ntpref.shallow", "ntpref.shallow.*")),
+    ("papers", ("ntpref.twostage", "ntpref.twostage.*", "ntpref.shallow", "ntpref.shallow.*", "ntpref.exact",
+                "ntpref.exact.*")),
     ("oracle", ("ntpref.oracle", "ntpref.oracle.*")),
     ("sweep", ("ntpref.sweep",)),
     ("experiments", ("ntpref.reproduce", "ntpref.reproduce.*", "ntpref.bench")),
     ("command line", ("ntpref.cli",)),
 )
-#: Packages of one layer that never import each other.
-SEPARATE = ("ntpref.twostage", "ntpref.shallow")
+#: Packages of one layer that never import each other: the two papers, and the exact backend (docs/exact.md),
+#: a restatement of both papers' math that must share no code with their float64 backends.
+SEPARATE = ("ntpref.twostage", "ntpref.shallow", "ntpref.exact")
 
 #: Inside each paper's package, the ranks bottom to top: a module may import modules of its own rank and
 #: below. Patterns are module file names without ".py" ("__init__" is the package's own module); the first
@@ -77,7 +80,7 @@ def layer(module: str) -> int | None:
     return next((i for i, (_, patterns) in enumerate(LAYERS) if any(fnmatch(module, p) for p in patterns)), None)
 
 
-def paper(module: str) -> str | None:
+def separate(module: str) -> str | None:
     return next((p for p in SEPARATE if module == p or module.startswith(p + ".")), None)
 
 
@@ -211,8 +214,9 @@ def layer_violations(files: dict[str, str]) -> list[str]:
             what = f"{m.name} {'names' if dynamic else 'imports'} {target}"
             if other is not None and other > own:
                 found.append((m.path, line, f"{what}: layer '{LAYERS[other][0]}' is above '{LAYERS[own][0]}'"))
-            elif paper(m.name) and paper(target) and paper(m.name) != paper(target):
-                found.append((m.path, line, f"{what}: the two papers' packages never import each other"))
+            elif separate(m.name) and separate(target) and separate(m.name) != separate(target):
+                found.append((m.path, line, f"{what}: {separate(m.name)} and {separate(target)} are separate "
+                              "packages (SEPARATE), they never import each other"))
             elif own_rank and theirs and theirs[0] == own_rank[0] and theirs[1] > own_rank[1]:
                 found.append((m.path, line, f"{what}: in {own_rank[0]}, '{theirs[2]}' is above '{own_rank[2]}'"))
     return report(found)
@@ -282,11 +286,31 @@ def test_checker_finds_upward_imports_also_inside_functions():
         "above 'data'",
         "ntpref/shallow/data.py:2: ntpref.shallow.data imports ntpref.shallow.model: in ntpref.shallow, 'model' "
         "is above 'data'",
-        "ntpref/shallow/model.py:1: ntpref.shallow.model imports ntpref.twostage.model: the two papers' "
-        "packages never import each other",
+        "ntpref/shallow/model.py:1: ntpref.shallow.model imports ntpref.twostage.model: ntpref.shallow and "
+        "ntpref.twostage are separate packages (SEPARATE), they never import each other",
         "ntpref/sweep.py:1: ntpref.sweep imports ntpref.cli: layer 'command line' is above 'sweep'",
         "ntpref/twostage/orders.py:5: ntpref.twostage.orders imports ntpref.twostage.two_stage: in ntpref.twostage, "
         "'algorithm' is above 'data'",
+    ]
+
+
+def test_checker_keeps_the_exact_backend_apart_from_the_papers():
+    """The exact backend may use the foundation and its own modules, never a paper's package (either way);
+    the oracle above may use it."""
+    files = {**PAPERS,
+             "exact/__init__.py": "from . import arith\nfrom ..checks import as_scalar\n",         # allowed
+             "exact/arith.py": "from .. import errors\n",                                          # allowed
+             "exact/twostage.py": "from ..twostage import model\n\n\ndef f():\n    import ntpref.shallow.ntk\n",
+             "shallow/ntk.py": "from ..exact import arith\n",
+             "oracle/contract.py": "from .. import exact\n",                                       # allowed
+             "checks.py": ""}
+    assert layer_violations(files) == [
+        "ntpref/exact/twostage.py:1: ntpref.exact.twostage imports ntpref.twostage.model: ntpref.exact and "
+        "ntpref.twostage are separate packages (SEPARATE), they never import each other",
+        "ntpref/exact/twostage.py:5: ntpref.exact.twostage imports ntpref.shallow.ntk: ntpref.exact and "
+        "ntpref.shallow are separate packages (SEPARATE), they never import each other",
+        "ntpref/shallow/ntk.py:1: ntpref.shallow.ntk imports ntpref.exact.arith: ntpref.shallow and ntpref.exact "
+        "are separate packages (SEPARATE), they never import each other",
     ]
 
 
