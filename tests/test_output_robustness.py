@@ -1,4 +1,4 @@
-"""Output that cannot be written: every file a command writes (reproduce's summary, bench's JSON and figure) is
+"""Output that cannot be written: every file a command writes (reproduce's summary, bench's JSON) is
 written atomically and refused before the run when it cannot be (a FIFO, a parent that is a file); standard
 output into a closed pipe or onto a full device; bench's thread and repeat counts.
 """
@@ -10,6 +10,7 @@ import sys
 from contextlib import contextmanager
 from pathlib import Path
 
+import numba
 import pytest
 
 from ntpref import bench
@@ -75,49 +76,62 @@ def test_summary_write_that_fails_keeps_the_old_summary(tmp_path, capsys, tiny_w
     assert [p.name for p in summary.parent.iterdir() if p.name.startswith(".")] == []
 
 
-# ---- bench: --json, --figure, --threads, --repeats -----------------------------------------------------
+# ---- bench: --json, --threads, --repeats ----------------------------------------------------------------
 
 @pytest.fixture
 def no_timing(monkeypatch):
-    """bench.run replaced by one that fails the test: whatever is checked must be checked before timing."""
+    """bench.time_steps replaced by one that fails the test: whatever is checked must be checked before timing."""
     def timing(*args, **kwargs):
         raise AssertionError("the benchmark ran")
-    monkeypatch.setattr(bench, "run", timing)
+    monkeypatch.setattr(bench, "time_steps", timing)
 
 
-QUICK = ("--models", "twostage", "--no-whole-runs", "-q")
+@pytest.fixture
+def fake_timing(monkeypatch):
+    """bench.time_steps returning the times 0.5, 0.25, 0.75 s for every step; the thread counts it ran at."""
+    threads = []
+    monkeypatch.setattr(numba, "set_num_threads", threads.append)
+    monkeypatch.setattr(bench, "time_steps", lambda steps, repeats: [[0.5, 0.25, 0.75] for _ in steps])
+    return threads
 
 
-@pytest.mark.parametrize("option", ["--json", "--figure"])
-def test_bench_output_that_is_a_fifo_is_refused_before_the_run(option, tmp_path, capsys, no_timing):
+QUICK = ("--models", "twostage")
+
+
+def test_bench_json_that_is_a_fifo_is_refused_before_the_run(tmp_path, capsys, no_timing):
     fifo = tmp_path / "out"
     os.mkfifo(fifo)
     with deadline(60):
-        assert one_error(capsys, "bench", option, fifo, *QUICK) == f"ntpref: error: {fifo}: {FIFO_REFUSED}"
+        assert one_error(capsys, "bench", "--json", fifo, *QUICK) == f"ntpref: error: {fifo}: {FIFO_REFUSED}"
 
 
-@pytest.mark.parametrize("option", ["--json", "--figure"])
-def test_bench_output_below_a_file_is_refused_before_the_run(option, tmp_path, capsys, no_timing):
+def test_bench_json_below_a_file_is_refused_before_the_run(tmp_path, capsys, no_timing):
     (tmp_path / "file").write_text("a file")
-    target = tmp_path / "file" / "bench.out"
-    assert one_error(capsys, "bench", option, target, *QUICK) == (
+    target = tmp_path / "file" / "bench.json"
+    assert one_error(capsys, "bench", "--json", target, *QUICK) == (
         f"ntpref: error: {target}: cannot write: '{tmp_path / 'file'}' is a regular file, not a directory")
 
 
-def test_bench_json_replaces_the_file_with_every_row(tmp_path, capsys, monkeypatch):
-    row = bench.Timing("twostage K=20 N=200", "twostage", None, {"K": 20}, bench.BASELINE, 1, 0.5, 0.25, 1e9)
-    monkeypatch.setattr(bench, "run", lambda *args, **kwargs: [row])
+def test_bench_json_replaces_the_file_with_every_row(tmp_path, capsys, fake_timing):
     out = tmp_path / "bench.json"
     out.write_text("an older run")
-    assert run(capsys, "bench", "--json", out, "--threads", "1", "--no-scaling", *QUICK) == (0, "")
-    assert json.loads(out.read_text())["rows"] == [
-        dict(case="twostage K=20 N=200", model="twostage", series=None, size={"K": 20},
-             implementation=bench.BASELINE, threads=1, seconds=0.5, best=0.25, flops=1e9)]
+    assert run(capsys, "bench", "--json", out, "--threads", "1", "--repeats", "3", *QUICK) == (0, "")
+    assert json.loads(out.read_text()) == dict(backend="numba", repeats=3, rows=[
+        dict(case="twostage K=20 N=200", threads=1, seconds=0.5, best=0.25)])
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bench.json"]
 
 
+def test_bench_table_has_a_row_per_paper_case_and_thread_count(capsys, fake_timing):
+    from ntpref.cli import main
+
+    assert main(["bench", "--threads", "1"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [[cell.strip() for cell in line.strip("|").split("|")] for line in lines[2:]] == [
+        [c.label, "1", "500.000 ms", "250.000 ms"] for c in bench.paper_cases()]
+
+
 def test_bench_threads_beyond_numba_are_refused(capsys, no_timing):
-    limit = bench.max_threads()
+    limit = numba.config.NUMBA_NUM_THREADS
     assert one_error(capsys, "bench", "--threads", "1", limit + 1, *QUICK) == (
         f"ntpref: error: --threads {limit + 1}: expected 1 to {limit}, the threads Numba runs on this machine "
         f"({os.cpu_count()} cores; NUMBA_NUM_THREADS sets another limit)")
@@ -131,12 +145,10 @@ def test_bench_counts_below_one_are_usage_errors(option, value, capsys, no_timin
                                 f"'{value}' (see 'ntpref bench --help')\n")
 
 
-def test_bench_default_threads_fit_the_machine(capsys, monkeypatch):
-    seen = []
-    monkeypatch.setattr(bench, "max_threads", lambda: 1)
-    monkeypatch.setattr(bench, "run", lambda impls, cases, threads, **kwargs: seen.append(threads) or [])
-    assert run(capsys, "bench", "--no-scaling", *QUICK) == (0, "")
-    assert seen == [[1]]
+def test_bench_default_threads_fit_the_machine(capsys, monkeypatch, fake_timing):
+    monkeypatch.setattr(numba.config, "NUMBA_NUM_THREADS", 1)
+    assert run(capsys, "bench", *QUICK) == (0, "")
+    assert fake_timing == [1]
 
 
 # ---- standard output: closed pipe, full device ---------------------------------------------------------

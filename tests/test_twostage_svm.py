@@ -232,7 +232,7 @@ def test_rho():
 
 
 def test_paper_size_problems_certify():
-    """The K = 20 one-hot task and a Gaussian-embedding task are solved and certified (timings: python -m scripts.bench)."""
+    """The K = 20 one-hot task and a Gaussian-embedding task are solved and certified (timings: python -m benchmarks.run)."""
     task = random_realizable(K=20, N=200, seed=0)
     W, cert = W_kq_star(task.dataset)
     assert_certified(cert, W)

@@ -1,17 +1,12 @@
-"""Benchmark ntpref against PyTorch and JAX (one full-batch loss-and-gradient step per model).
+"""PyTorch and JAX implementations of the benchmark's step, when the frameworks are installed:
 
-    python -m scripts.bench [--quick] [--threads 1 2] [--figure bench.png] [--json bench.json] ...
-
-(from the repository root: it imports the adapters as ``examples.adapters``).
-
-Adds to the ntpref backends of ``ntpref bench`` (ntpref/bench.py: cases, timing, table, slopes,
-figure), when the frameworks are installed:
   "torch eager f64"  PyTorch eager, float64, autograd (torch.set_num_threads per row)
   "torch eager f32"  the same in float32 (the setting of the shallow paper's public code)
   "jax jit f64"      jax.jit(jax.value_and_grad(...)), float64; XLA's CPU thread pool cannot be
                      resized in a running process: these rows use XLA's default (all cores) and show
                      "default" threads; set XLA_FLAGS="--xla_cpu_multi_thread_eigen=false
                      intra_op_parallelism_threads=1" before the run for single-threaded JAX rows.
+
 The models are the shipped conformance adapters' restatements (examples/adapters/torch_restatement.py,
 examples/adapters/jax_float64.py; written from the equations of docs/, not from ntpref's code, and checked
 against the oracle by ``ntpref conformance``); every step returns the loss and the gradients of all
@@ -20,17 +15,16 @@ the result is blocked on before the clock stops.
 """
 from __future__ import annotations
 
-import argparse
-import sys
+from ntpref.bench import Case
 
-from ntpref import bench
-from ntpref.numba_target import configure_process
+from .timing import Implementation
 
 #: options of the benchmark's shallow / indrnn steps (the defaults of the contract)
 OPTIONS = {"kappa": 2.0, "tau_att": 1.0, "mask_last_key": False, "activation": "tanh"}
 
 
-def torch_implementations() -> list[bench.Implementation]:
+def torch_implementations() -> list[Implementation]:
+    """"torch eager f64" and "torch eager f32" (none without PyTorch)."""
     try:
         import torch
     except ImportError:
@@ -38,7 +32,7 @@ def torch_implementations() -> list[bench.Implementation]:
     from examples.adapters import torch_restatement as tr
 
     def setup(dtype):
-        def make(case: bench.Case, inputs: dict):
+        def make(case: Case, inputs: dict):
             if case.model == "twostage":
                 ds = inputs["ds"]
                 data = tr.Sentences(torch.tensor(ds.E, dtype=dtype), ds.tokens, ds.lengths, ds.targets)
@@ -59,11 +53,12 @@ def torch_implementations() -> list[bench.Implementation]:
             return step
         return make
 
-    return [bench.Implementation("torch eager f64", setup(torch.float64), torch.set_num_threads),
-            bench.Implementation("torch eager f32", setup(torch.float32), torch.set_num_threads)]
+    return [Implementation("torch eager f64", setup(torch.float64), torch.set_num_threads),
+            Implementation("torch eager f32", setup(torch.float32), torch.set_num_threads)]
 
 
-def jax_implementations() -> list[bench.Implementation]:
+def jax_implementations() -> list[Implementation]:
+    """"jax jit f64" (none without JAX)."""
     try:
         import jax
         import jax.numpy as jnp
@@ -73,7 +68,7 @@ def jax_implementations() -> list[bench.Implementation]:
     twostage_grad = jax.jit(jax.value_and_grad(jx.twostage_loss, argnums=(0, 1), has_aux=True))
     shallow_grad = jax.jit(jax.value_and_grad(jx.mse, argnums=3, has_aux=True), static_argnums=0)
 
-    def make(case: bench.Case, inputs: dict):
+    def make(case: Case, inputs: dict):
         if case.model == "twostage":
             ds = inputs["ds"]
             data = jx.sentences({"E": ds.E, "tokens": ds.tokens, "lengths": ds.lengths, "targets": ds.targets})
@@ -84,7 +79,7 @@ def jax_implementations() -> list[bench.Implementation]:
         frozen = _Frozen({"model": case.model, **OPTIONS})
         return lambda: jax.block_until_ready(shallow_grad(frozen, X, y, params))
 
-    return [bench.Implementation("jax jit f64", make, None)]
+    return [Implementation("jax jit f64", make, None)]
 
 
 class _Frozen(dict):
@@ -92,24 +87,3 @@ class _Frozen(dict):
 
     def __hash__(self):
         return hash(tuple(sorted(self.items())))
-
-
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    bench.add_arguments(parser)
-    parser.add_argument("--no-torch", action="store_true")
-    parser.add_argument("--no-jax", action="store_true")
-    args = parser.parse_args(argv)
-    if not __package__:
-        parser.error("run it from the repository root as a module: python -m scripts.bench ...")
-    configure_process()   # the kernels as the ntpref command runs them (full vector width)
-    extra = []
-    if not args.no_torch:
-        extra += torch_implementations()
-    if not args.no_jax:
-        extra += jax_implementations()
-    return bench.run_from_args(args, extra)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

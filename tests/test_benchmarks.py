@@ -1,0 +1,231 @@
+"""The benchmark harness (benchmarks/, ``python -m benchmarks.run``, imported from the repository root): its
+outputs and thread counts are checked before anything is timed, its JSON and figure are written atomically,
+the process is set up as the ``ntpref`` command's, and its cases, flop counts, slopes, ratios and
+implementations are what docs/performance.md states; ntpref itself never imports it.
+"""
+import ast
+import json
+import os
+import subprocess
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+import numba
+import pytest
+
+import ntpref
+from benchmarks import cases, frameworks, report, run, timing, whole_runs
+from ntpref import bench
+
+ROOT = Path(__file__).resolve().parent.parent
+FIFO_REFUSED = "cannot write: it is a FIFO, not a regular file (only regular files are replaced)"
+QUICK = ["--models", "twostage", "--no-torch", "--no-jax", "--no-whole-runs", "-q"]
+
+
+@pytest.fixture
+def configured(monkeypatch):
+    """configure_process of the harness recorded instead of changing this process's environment."""
+    calls = []
+    monkeypatch.setattr(run, "configure_process", lambda: calls.append(True))
+    return calls
+
+
+@pytest.fixture
+def no_timing(monkeypatch, configured):
+    """timing.run replaced by one that fails the test: whatever is checked must be checked before timing."""
+    def timed(*args, **kwargs):
+        raise AssertionError("the benchmark ran")
+    monkeypatch.setattr(timing, "run", timed)
+
+
+@pytest.fixture
+def threads_restored():
+    """Numba's thread count put back after a test that sets it."""
+    before = numba.get_num_threads()
+    yield
+    numba.set_num_threads(before)
+
+
+def harness(capsys, *argv) -> tuple[int, str]:
+    """``python -m benchmarks.run ARGV`` in this process: (exit status, stderr)."""
+    capsys.readouterr()
+    status = run.main([str(a) for a in argv])
+    return status, capsys.readouterr().err
+
+
+def timing_row(series=None, size=None, implementation=timing.BASELINE, threads=1, seconds=0.5, best=0.25):
+    """A Timing row of a shallow case (``size`` overrides the paper size)."""
+    c = bench.case("shallow", series, **(size or {}))
+    return timing.Timing(c.label, c.model, series, dict(c.size), implementation, threads, seconds, best, 1e9)
+
+
+# ---- the command: checks before the run, outputs, set-up ------------------------------------------------
+
+@pytest.mark.parametrize("option", ["--json", "--figure"])
+def test_output_that_is_a_fifo_is_refused_before_the_run(option, tmp_path, capsys, no_timing):
+    fifo = tmp_path / "out"
+    os.mkfifo(fifo)
+    assert harness(capsys, option, fifo, *QUICK) == (2, f"{run.PROG}: error: {fifo}: {FIFO_REFUSED}\n")
+
+
+@pytest.mark.parametrize("option", ["--json", "--figure"])
+def test_output_below_a_file_is_refused_before_the_run(option, tmp_path, capsys, no_timing):
+    (tmp_path / "file").write_text("a file")
+    target = tmp_path / "file" / "bench.out"
+    assert harness(capsys, option, target, *QUICK) == (
+        2, f"{run.PROG}: error: {target}: cannot write: '{tmp_path / 'file'}' is a regular file, not a directory\n")
+
+
+def test_threads_beyond_numba_are_refused(capsys, no_timing):
+    limit = numba.config.NUMBA_NUM_THREADS
+    status, err = harness(capsys, "--threads", limit + 1, *QUICK)
+    assert (status, err) == (2, f"{run.PROG}: error: --threads {limit + 1}: expected 1 to {limit}, the threads "
+                                f"Numba runs on this machine ({os.cpu_count()} cores; NUMBA_NUM_THREADS sets "
+                                f"another limit)\n")
+
+
+@pytest.mark.parametrize("option, value", [("--threads", "0"), ("--repeats", "0"), ("--repeats", "1.5")])
+def test_counts_below_one_are_usage_errors(option, value, capsys, no_timing):
+    with pytest.raises(SystemExit) as exit_:
+        run.main([option, value, *QUICK])
+    assert exit_.value.code == 2
+    assert f"argument {option}: expected a whole number >= 1, got '{value}'" in capsys.readouterr().err
+
+
+def test_figure_without_scaling_series_is_refused_before_the_run(tmp_path, capsys, no_timing):
+    status, err = harness(capsys, "--figure", tmp_path / "bench.png", "--no-scaling", *QUICK)
+    assert (status, err) == (2, f"{run.PROG}: error: --figure plots the scaling series, which --no-scaling "
+                                "leaves out\n")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_json_and_figure_replace_the_files_after_the_run(tmp_path, capsys, monkeypatch, configured):
+    rows = [timing_row(), *(timing_row("n", {"n": n}, seconds=n * 1e-5) for n in (500, 1000, 2000))]
+    seen = []
+    monkeypatch.setattr(timing, "run", lambda impls, cases, threads, **kwargs: seen.append((cases, threads)) or rows)
+    out, png = tmp_path / "bench.json", tmp_path / "bench.png"
+    out.write_text("an older run")
+    assert harness(capsys, "--json", out, "--figure", png, "--threads", "1", "--quick", *QUICK) == (0, "")
+    assert configured == [True]
+    document = json.loads(out.read_text())
+    assert document["rows"] == [asdict(r) for r in rows] and document["extras"] == {}
+    assert set(document["machine"]) >= {"cpu", "cores", "python", "numpy", "numba"}
+    assert png.read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bench.json", "bench.png"]
+    (timed_cases, threads), = seen
+    assert threads == [1]
+    assert [c.label for c in timed_cases] == [c.label for c in bench.paper_cases(["twostage"])] + [
+        c.label for c in cases.scaling_cases(3) if c.model == "twostage"]
+
+
+def test_the_command_runs_from_the_repository_root(tmp_path):
+    out = tmp_path / "bench.json"
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.run", *QUICK, "--no-scaling", "--no-numpy", "--threads",
+                           "1", "--repeats", "2", "--json", str(out)], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "| twostage K=20 N=200 | ntpref numba" in proc.stdout
+    (row,) = json.loads(out.read_text())["rows"]
+    paper = bench.case("twostage")
+    assert (row["implementation"], row["threads"]) == (timing.BASELINE, 1)
+    assert row["flops"] == cases.flops(paper, bench.make_inputs(paper)) and 0 < row["best"] <= row["seconds"]
+
+
+def test_ntpref_never_imports_the_harness():
+    """The harness is not installed: no module of ntpref imports benchmarks, scripts or examples."""
+    found = []
+    for path in sorted(Path(ntpref.__file__).parent.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
+            found += [f"{path.name}: {n}" for n in names if n.split(".")[0] in ("benchmarks", "scripts", "examples")]
+    assert found == []
+
+
+# ---- cases, flop counts, timing -----------------------------------------------------------------------
+
+def test_each_scaling_series_doubles_one_size_of_its_base_case():
+    series = {}
+    for c in cases.scaling_cases():
+        series.setdefault((c.model, c.series), []).append(c.size)
+    assert sorted(series) == [("indrnn", "T"), ("indrnn", "n"), ("shallow", "T"), ("shallow", "m"),
+                              ("shallow", "n"), ("twostage", "K"), ("twostage", "N")]
+    for (model, name), sizes in series.items():
+        assert [s[name] / sizes[0][name] for s in sizes] == [1, 2, 4, 8]
+        assert all({k: v for k, v in s.items() if k != name} == {k: v for k, v in sizes[0].items() if k != name}
+                   for s in sizes)
+
+
+def test_flop_counts_are_the_stated_formulas():
+    shallow, indrnn = bench.case("shallow"), bench.case("indrnn")
+    assert cases.flops(shallow, {}) == 4000 * 64 * (4 * 64 + 8 * 16 * 8 + 8 * 16 + 3 * 8)
+    assert cases.flops(indrnn, {}) == 4000 * 64 * 97 * (4 * 17 + 10)
+    two = bench.case("twostage", K=5, N=10)
+    inputs = bench.make_inputs(two)
+    L = inputs["ds"].lengths
+    assert cases.flops(two, inputs) == sum(6 * l * 5 + 5 * 5 + 11 * l for l in L)
+
+
+def test_run_times_every_implementation_that_covers_the_case(threads_restored):
+    seen = []
+    impls = timing.ntpref_implementations() + [timing.Implementation("other", lambda c, i: None, seen.append)]
+    c = bench.case("twostage", K=5, N=10)
+    rows = timing.run(impls, [c], threads=(1, 1), repeats=2, warmup=1)
+    # without a thread setting ("ntpref numpy"): timed once, at its default; "other" covers no case
+    assert [(r.implementation, r.threads) for r in rows] == [
+        ("ntpref numba", 1), ("ntpref numpy", 0), ("ntpref numba", 1)]
+    assert all(r.case == c.label and 0 < r.best <= r.seconds and r.flops > 0 for r in rows)
+    assert seen == []
+
+
+def test_thread_determinism_compares_the_bits_of_every_thread_count(threads_restored):
+    c = bench.case("shallow", n=40, T=4, m=8)
+    assert whole_runs.thread_determinism([c], threads=(1, numba.config.NUMBA_NUM_THREADS)) == {c.label: True}
+
+
+@pytest.mark.parametrize("make", [frameworks.torch_implementations, frameworks.jax_implementations])
+def test_framework_steps_compute_ntprefs_loss(make):
+    impls = make()
+    if not impls:
+        pytest.skip(f"{make.__name__}: the framework is not installed (the crosscheck extra)")
+    for c in (bench.case("twostage", K=5, N=10), bench.case("shallow", n=20, T=4, m=8),
+              bench.case("indrnn", n=20, T=5, m=8)):
+        inputs = bench.make_inputs(c)
+        expected = bench.ntpref_step(c, inputs)().loss
+        for impl in impls:
+            loss = impl.setup(c, inputs)()[0]
+            loss = float(loss[0] if isinstance(loss, tuple) else loss)     # JAX: (loss, aux)
+            assert loss == pytest.approx(expected, rel=1e-5 if "f32" in impl.name else 1e-12), (impl.name, c.label)
+
+
+# ---- reports --------------------------------------------------------------------------------------------
+
+def test_slopes_of_a_power_law_are_its_exponent():
+    rows = [timing_row("n", {"n": n}, seconds=3e-9 * n ** 1.5, best=1e-9 * n) for n in (500, 1000, 2000, 4000)]
+    ((model, series, impl, threads, b_median, b_min, b_flops),) = report.slopes(rows)
+    assert (model, series, impl, threads) == ("shallow", "n", timing.BASELINE, 1)
+    assert (b_median, b_min, b_flops) == (pytest.approx(1.5), pytest.approx(1.0), pytest.approx(0.0, abs=1e-12))
+    assert "n = 500..4000" in report.slope_table(rows)
+
+
+def test_table_ratios_are_to_the_baseline_at_the_same_thread_count():
+    rows = [timing_row(threads=1, seconds=0.2), timing_row(threads=2, seconds=0.1),
+            timing_row(implementation="other", threads=1, seconds=0.6),
+            timing_row(implementation="default threads", threads=0, seconds=0.3)]
+    ratios = [line.split("|")[-2].strip() for line in report.table(rows).splitlines()[2:]]
+    assert ratios == ["1.0x", "1.0x", "3.0x", "3.0x"]     # a "default" row: against the baseline's best median
+
+
+def test_figure_needs_scaling_series(tmp_path):
+    with pytest.raises(ntpref.InputError, match="no scaling series"):
+        report.figure([timing_row()], tmp_path / "bench.png")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_report_names_the_machine_and_the_extras():
+    text = report.report([timing_row()], {"a measurement": "1 s"})
+    assert text.startswith("machine: cpu ") and text.endswith("\na measurement: 1 s")
+    (line,) = [line for line in text.splitlines() if line.startswith("| shallow")]
+    assert [cell.strip() for cell in line.strip("|").split("|")] == [
+        "shallow n=4000 d=8 T=16 m=64", timing.BASELINE, "1", "500.000 ms", "250.000 ms", "2", "1.0x"]
