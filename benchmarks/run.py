@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import asdict
 
 from ntpref import bench
+from ntpref.models import NAMES
 from ntpref.errors import InputError, NtprefError
 from ntpref.npzio import atomic_write, check_output
 from ntpref.numba_target import configure_process
@@ -26,7 +27,7 @@ PROG = "python -m benchmarks.run"
 
 def benchmark(implementations: Sequence[timing.Implementation], *, quick: bool = False,
               threads: Sequence[int] | None = None, repeats: int = 7, scaling: bool = True,
-              models: Sequence[str] = bench.MODELS, figure_path: str | None = None, json_path: str | None = None,
+              models: Sequence[str] = NAMES, figure_path: str | None = None, json_path: str | None = None,
               whole_runs: bool = True, quiet: bool = False) -> str:
     """Run the benchmark and return the report text; ``threads`` None: 1 and 2 threads (1 alone on one
     core); ``quick``: 3 repeats at most and three points per scaling series."""

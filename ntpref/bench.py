@@ -1,6 +1,6 @@
 """``ntpref bench``: time one full-batch loss-and-gradient step (the public ``loss_and_grad`` on data prepared
-once, as a training loop calls it) of each model at the papers' sizes (:data:`PAPER_SIZES`; shallow also
-m = 256 and T = 64) with the Numba backend. The source repository's benchmark harness (``python -m
+once, as a training loop calls it) of each model at the papers' sizes (each model's specification's ``bench``;
+shallow also m = 256 and T = 64) with the Numba backend. The source repository's benchmark harness (``python -m
 benchmarks.run``: PyTorch and JAX, scaling series, figure) is built on these cases, steps and timing loop.
 """
 from __future__ import annotations
@@ -16,18 +16,16 @@ import numpy as np
 
 from .checks import count_argument
 from .errors import InputError
+from .models import NAMES, SPECS, check_models, spec_named
 from .npzio import atomic_write, check_output
 
-MODELS = ("twostage", "shallow", "indrnn")
-PAPER_SIZES = {"twostage": dict(K=20, N=200, min_len=2, max_len=6), "shallow": dict(n=4000, d=8, T=16, m=64),
-               "indrnn": dict(n=4000, d=17, T=97, m=64)}
 SHORT_STEP = 0.02   # seconds; see :func:`time_steps`
 
 
 @dataclass
 class Case:
-    """A model at one size (n, d, T, m or K, N, min_len, max_len), its label (``shallow n=4000 d=8 T=16
-    m=64``) and the size a scaling series varies (None for a paper case)."""
+    """A model at one size (its specification's ``bench.size`` with changes), its label (``shallow n=4000
+    d=8 T=16 m=64``) and the size a scaling series varies (None for a paper case)."""
 
     model: str
     size: dict
@@ -37,45 +35,25 @@ class Case:
 
 def case(model: str, series: str | None = None, **sizes) -> Case:
     """``model`` at its paper size with ``sizes`` changed, e.g. ``case("shallow", m=256)``."""
-    size = {**PAPER_SIZES[model], **sizes}
-    keys = ("K", "N") if model == "twostage" else ("n", "d", "T", "m")
-    return Case(model, size, f"{model} " + " ".join(f"{k}={size[k]}" for k in keys), series)
+    bench = spec_named(model).bench
+    size = {**bench.size, **sizes}
+    return Case(model, size, f"{model} " + " ".join(f"{k}={size[k]}" for k in bench.label_keys), series)
 
 
-def paper_cases(models: Sequence[str] = MODELS) -> list[Case]:
-    """The papers' sizes of ``models`` (module docstring)."""
-    cases = [case("twostage"), case("shallow"), case("shallow", m=256), case("shallow", T=64), case("indrnn")]
-    return [c for c in cases if c.model in models]
+def paper_cases(models: Sequence[str] = NAMES) -> list[Case]:
+    """The papers' sizes of ``models`` and the variants each specification times beside them (twostage K = 20,
+    N = 200; shallow n = 4000, d = 8, T = 16, m = 64, also m = 256 and T = 64; indrnn d = 17, T = 97)."""
+    return [case(name, **v) for name in check_models(models) for v in ({}, *SPECS[name].bench.variants)]
 
 
 def make_inputs(case: Case, seed: int = 0) -> dict:
-    """Random inputs: shallow / indrnn X [n, T, d] N(0, 1) scaled to norm ≤ 1, y [n] N(0, 1), ``params`` from
-    iid_init or paired_init (second half's W_in redrawn: f ≠ 0); twostage ``ds``, W_ov, W_kq [K, K] N(0, 1)."""
-    rng, s = np.random.default_rng(seed), case.size
-    if case.model == "twostage":
-        from .twostage import random_realizable
-        ds = random_realizable(**s, seed=seed).dataset
-        return dict(ds=ds, W_ov=rng.standard_normal((ds.d, ds.d)), W_kq=rng.standard_normal((ds.d, ds.d)))
-    from . import shallow
-    X = shallow.scale_tokens(rng.standard_normal((s["n"], s["T"], s["d"])))
-    y, m, d = rng.standard_normal(s["n"]), s["m"], s["d"]
-    if case.model == "shallow":
-        return dict(X=X, y=y, params=shallow.iid_init(m, d, seed))
-    c, u, W_in = shallow.indrnn.paired_init(m, d, seed)
-    W_in[m // 2:] = rng.standard_normal((m - m // 2, d))
-    return dict(X=X, y=y, params=(c, u, W_in))
+    """Random inputs of the case (its specification's ``bench.inputs``)."""
+    return spec_named(case.model).bench.inputs(case.size, seed)
 
 
 def ntpref_step(case: Case, inputs: dict, backend: str = "numba") -> Callable[[], object]:
     """A zero-argument call of ntpref's ``loss_and_grad`` on the case's inputs (data prepared here, once)."""
-    if case.model == "twostage":
-        from . import twostage
-        prep, W_ov, W_kq = twostage.prepare(inputs["ds"]), inputs["W_ov"].copy(), inputs["W_kq"].copy()
-        return lambda: twostage.loss_and_grad(prep, W_ov, W_kq, backend=backend)
-    from . import shallow
-    model = shallow if case.model == "shallow" else shallow.indrnn
-    data, params = model.prepare(inputs["X"], inputs["y"]), inputs["params"]
-    return lambda: model.loss_and_grad(data, *params, backend=backend)
+    return spec_named(case.model).bench.step(inputs, backend)
 
 
 def thread_counts(requested: Sequence[int] | None) -> list[int]:
@@ -121,7 +99,7 @@ def add_arguments(p) -> None:
     p.add_argument("--threads", type=count_argument, nargs="+",
                    help="thread counts, at most the number of cores (default 1 2; 1 on one core)")
     p.add_argument("--repeats", type=count_argument, default=7, help="timed runs per measurement (median; default 7)")
-    p.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
+    p.add_argument("--models", nargs="+", default=list(NAMES), choices=NAMES)
     p.add_argument("--json", metavar="PATH.json", help="all timings as JSON")
 
 

@@ -17,7 +17,8 @@ import pytest
 
 from ntpref.cli import main
 from ntpref.oracle import contract
-from ntpref.oracle.cases import REGIMES, random_cases, stored_cases
+from ntpref.models import SPECS
+from ntpref.oracle.cases import random_cases, stored_cases
 from ntpref.oracle.conformance import OPTIONAL, AdapterError, cases, check, load_adapter, run
 from ntpref.oracle.envelope import MULTIPLE
 from ntpref.npzio import load_npz, save_npz
@@ -424,7 +425,7 @@ def test_random_cases_are_reproducible_and_independent_of_the_selection():
 
 def test_random_cases_cover_the_regimes():
     by_name = {c.id.split("_", 3)[3] + ":" + c.model: c for c in random_cases(seed=0)}
-    assert len(by_name) == sum(len(r) for r in REGIMES.values())
+    assert len(by_name) == sum(len(spec.regimes) for spec in SPECS.values())
     general = by_name["eval_general_E:twostage"].inputs
     assert general["E"].shape[0] != general["E"].shape[1]
     assert 1 in general["lengths"] and np.any(general["tokens"] == -1) and np.any(general["succ"] == -1)

@@ -177,3 +177,19 @@ def test_ntk_gram_jax_jacobian():
     J = np.concatenate([np.asarray(j).reshape(len(inputs["X"]), -1) for j in jac], axis=1)
     row = compare_one("gram", expected["gram"], J @ J.T, tol)
     assert row.ok, row
+
+
+@pytest.mark.parametrize("framework, module", [("torch", "torch_restatement"), ("jax", "jax_float64")])
+def test_adapter_activation_tables_refuse_an_unknown_name(framework, module):
+    """The shipped restatements compute σ from a table of the known activations; any other name is an error,
+    never erf in disguise."""
+    _need(framework)
+    import importlib
+
+    adapter = importlib.import_module(f"examples.adapters.{module}")
+    lib = importlib.import_module("torch" if framework == "torch" else "jax.numpy")
+    x = lib.linspace(-2.0, 2.0, 5) if framework == "jax" else lib.linspace(-2.0, 2.0, 5, dtype=lib.float64)
+    assert sorted(adapter.ACTIVATIONS) == ["erf", "tanh"]
+    np.testing.assert_allclose(np.asarray(adapter.sigma(x, "tanh")), np.tanh(np.linspace(-2.0, 2.0, 5)), rtol=1e-6)
+    with pytest.raises(ValueError, match="activation 'relu' is not implemented here"):
+        adapter.sigma(x, "relu")

@@ -11,6 +11,7 @@ imported dynamically (an item of a tuple, list, set or dict display, or an argum
   the model and its kernels, then the algorithms, the contract on top);
 * private names: no module imports or reads another module's private names (``from x import _y``,
   ``x._y``); a private module (``_m.py``) is private to its package.
+* cycles: no import cycle among the modules of one package (module level or inside functions).
 
 The checker itself is tested on small made-up packages, so that every rule is known to fire.
 """
@@ -30,9 +31,10 @@ ROOT = Path(ntpref.__file__).resolve().parent
 LAYERS = (
     ("foundation", ("ntpref", "ntpref.errors", "ntpref.checks", "ntpref.progress", "ntpref.interrupt",
                     "ntpref.numba_target", "ntpref.vmath", "ntpref.npzio", "ntpref.npyheader", "ntpref.blas",
-                    "ntpref.jsonio")),
+                    "ntpref.jsonio", "ntpref.rounding", "ntpref.spec")),
     ("papers", ("ntpref.twostage", "ntpref.twostage.*", "ntpref.shallow", "ntpref.shallow.*", "ntpref.exact",
                 "ntpref.exact.*")),
+    ("registry", ("ntpref.models",)),
     ("oracle", ("ntpref.oracle", "ntpref.oracle.*")),
     ("sweep", ("ntpref.sweep",)),
     ("experiments", ("ntpref.reproduce", "ntpref.reproduce.*", "ntpref.bench")),
@@ -54,14 +56,14 @@ PACKAGE_ORDER = {
         ("max-margin", ("least_norm", "svm")),
         ("algorithm", ("two_stage",)),
         ("evaluation", ("generalization",)),
-        ("contract", ("contract", "__init__")),
+        ("contract", ("contract", "magnitudes", "cases", "spec", "__init__")),
     ),
     "ntpref.shallow": (
         ("data", ()),
         ("model", ("model", "kernels", "indrnn", "*_kernels")),
         ("ntk", ("ntk", "teacher")),
         ("algorithm", ("projgd",)),
-        ("contract", ("contract", "__init__")),
+        ("contract", ("contract", "magnitudes", "cases", "spec", "__init__")),
     ),
 }
 
@@ -234,6 +236,34 @@ def private_violations(files: dict[str, str]) -> list[str]:
     return report(found)
 
 
+def cycle_violations(files: dict[str, str]) -> list[str]:
+    """One line per import cycle among the modules of one package (files as for layer_violations): imports at
+    module level or inside functions, not counting a module's imports of its own package's ``__init__``."""
+    graph: dict[str, dict[str, tuple[str, int]]] = {}
+    for m in parse(files):
+        for line, target, _, dynamic in m.imports():
+            if (not dynamic and target != m.name and target != m.package and not m.known[target]
+                    and package_of(target, False) == m.package):
+                graph.setdefault(m.name, {}).setdefault(target, (m.path, line))
+    found, state = [], {}
+
+    def visit(name: str, path: list[str]) -> None:
+        state[name] = "open"
+        for target in sorted(graph.get(name, {})):
+            if state.get(target) == "open":
+                loop = path[path.index(target):] + [target]
+                where, line = graph[name][target]
+                found.append((where, line, "import cycle: " + " -> ".join(loop)))
+            elif target not in state:
+                visit(target, path + [target])
+        state[name] = "done"
+
+    for name in sorted(graph):
+        if name not in state:
+            visit(name, [name])
+    return report(found)
+
+
 def package_files() -> dict[str, str]:
     return {p.relative_to(ROOT).as_posix(): p.read_text(encoding="utf-8") for p in sorted(ROOT.rglob("*.py"))}
 
@@ -241,6 +271,11 @@ def package_files() -> dict[str, str]:
 def test_no_module_imports_upward():
     found = layer_violations(package_files())
     assert not found, f"{len(found)} import(s) break the layers:\n" + "\n".join(found)
+
+
+def test_no_import_cycle_inside_a_package():
+    found = cycle_violations(package_files())
+    assert not found, f"{len(found)} import cycle(s):\n" + "\n".join(found)
 
 
 def test_no_module_uses_another_modules_private_names():
@@ -311,6 +346,23 @@ def test_checker_keeps_the_exact_backend_apart_from_the_papers():
         "ntpref.shallow are separate packages (SEPARATE), they never import each other",
         "ntpref/shallow/ntk.py:1: ntpref.shallow.ntk imports ntpref.exact.arith: ntpref.shallow and ntpref.exact "
         "are separate packages (SEPARATE), they never import each other",
+    ]
+
+
+def test_checker_finds_import_cycles_also_inside_functions():
+    files = {**PAPERS,
+             "oracle/cases.py": "from . import contract\n",
+             "oracle/contract.py": "def f():\n    from .envelope import bound\n",
+             "oracle/envelope.py": "from .cases import TRAJECTORIES\n",
+             "oracle/__init__.py": "from .cases import cases\n",
+             "oracle/compare.py": "from . import __version__\nfrom .. import oracle\n",    # the package: allowed
+             "twostage/model.py": "from . import kernels\n",
+             "twostage/kernels.py": "from . import model\n"}
+    assert cycle_violations(files) == [
+        "ntpref/oracle/envelope.py:1: import cycle: ntpref.oracle.cases -> ntpref.oracle.contract -> "
+        "ntpref.oracle.envelope -> ntpref.oracle.cases",
+        "ntpref/twostage/model.py:1: import cycle: ntpref.twostage.kernels -> ntpref.twostage.model -> "
+        "ntpref.twostage.kernels",
     ]
 
 

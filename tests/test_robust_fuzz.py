@@ -55,15 +55,18 @@ def test_malformed_files_exit_2_with_one_line(workdir, data, backend):
 
 def test_classifier_flags_crashes(workdir, monkeypatch):
     """The oracle of the fuzz test itself: an internal error or a non-finite output is a crash."""
+    import dataclasses
+
     import numpy as np
 
-    from ntpref.shallow import contract as shallow_contract
+    from ntpref.models import SPECS
 
     command, arrays = BASES[3]
     raw = fuzz_cli._npz_bytes(arrays)
-    monkeypatch.setattr(shallow_contract, "evaluate", lambda *a: 1 / 0)
+    shallow = SPECS["shallow"]
+    monkeypatch.setitem(SPECS, "shallow", dataclasses.replace(shallow, evaluate=lambda *a: 1 / 0))
     assert fuzz_cli.run_case(command, raw, workdir)[0] == "crash"
-    monkeypatch.setattr(shallow_contract, "evaluate", lambda *a: {"f": np.array([np.nan])})
+    monkeypatch.setitem(SPECS, "shallow", dataclasses.replace(shallow, evaluate=lambda *a: {"f": np.array([np.nan])}))
     assert fuzz_cli.run_case(command, raw, workdir)[0] == "rejected"  # the contract's output guard catches it
     monkeypatch.setattr(fuzz_cli, "main", lambda argv: 0)
     assert fuzz_cli.run_case(command, raw, workdir)[0] == "crash"       # exit 0 without an output file

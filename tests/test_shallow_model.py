@@ -9,7 +9,7 @@ import pytest
 from ntpref.errors import InputError
 from ntpref.shallow import (Batch, Forward, HeadStates, LossAndGrad, Params, forward, head_states, iid_init,
                             loss_and_grad, paired_init, prepare, scale_tokens)
-from ntpref.shallow.activation import dsigma_np, sigma_np
+from ntpref.shallow.activation import ACTIVATIONS, activation_code, dsigma, dsigma_np, sigma, sigma_np
 from ntpref.shallow.evaluation import loss_from_outputs
 
 # every option at least once, including non-defaults together
@@ -206,3 +206,31 @@ def test_paper_scale_backends_agree(rng):
     data = prepare(X, rng.standard_normal(4000))
     for a, b in zip(loss_and_grad(data, c, U, W), loss_and_grad(data, c, U, W, backend="numpy")):
         close(a, b)
+
+
+# --- the activation table ------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", sorted(ACTIVATIONS))
+def test_every_activation_has_kernel_forms_equal_to_its_numpy_forms_and_a_true_d2_bound(name):
+    """Each entry of the table: the Numba σ, σ' of its code agree with its NumPy σ, σ'; σ' is the derivative
+    of σ (central differences); |σ''| stays below the entry's d2_bound on a fine grid."""
+    entry = ACTIVATIONS[name]
+    x = np.linspace(-8.0, 8.0, 4001)
+    kernel_sigma = np.array([sigma(v, entry.code) for v in x])
+    kernel_dsigma = np.array([dsigma(v, entry.code) for v in x])
+    np.testing.assert_allclose(kernel_sigma, entry.sigma_np(x), rtol=4e-16, atol=1e-300)
+    np.testing.assert_allclose(kernel_dsigma, entry.dsigma_np(x), rtol=4e-15, atol=4.5e-16)   # 1 − tanh²: absolute
+    h = 1e-5
+    np.testing.assert_allclose((entry.sigma_np(x + h) - entry.sigma_np(x - h)) / (2 * h), entry.dsigma_np(x),
+                               rtol=0, atol=1e-9)
+    d2 = (entry.dsigma_np(x + h) - entry.dsigma_np(x - h)) / (2 * h)
+    assert np.max(np.abs(d2)) <= entry.d2_bound
+    assert np.max(np.abs(d2)) > 0.4      # the bound is of the right size, not vacuous
+
+
+def test_a_code_without_a_kernel_branch_gives_nan_and_an_unknown_name_is_an_error():
+    code = max(a.code for a in ACTIVATIONS.values()) + 1
+    assert math.isnan(sigma(0.3, code)) and math.isnan(dsigma(0.3, code))
+    with pytest.raises(InputError, match="activation must be one of tanh, erf, got 'relu'"):
+        activation_code("relu")
+    with pytest.raises(InputError, match="activation must be one of"):
+        sigma_np(np.zeros(2), "relu")

@@ -11,6 +11,7 @@ import pytest
 from ntpref.errors import InputError
 from ntpref.oracle import contract, reference, tolerance
 from ntpref.oracle.compare import compare_arrays
+from ntpref.twostage import magnitudes
 from ntpref.npzio import load_npz
 
 REPO_RUNS = Path(reference.__file__).resolve().parents[2] / "reference_runs"
@@ -219,7 +220,7 @@ def test_exactly_zero_output_gets_a_problem_scaled_bound():
 
 
 @pytest.mark.parametrize("bad, message", [
-    (("transformer", "eval"), "model must be one of twostage, shallow, indrnn, got 'transformer'"),
+    (("transformer", "eval"), "unknown model 'transformer'; models: twostage, shallow, indrnn"),
     (("twostage", "ntk"), "kind must be one of eval, train, got 'ntk'"),
     (("shallow", "fit"), "kind must be one of eval, train, ntk, got 'fit'")])
 def test_unknown_model_or_kind(bad, message):
@@ -406,14 +407,14 @@ def test_stable_direction_bound_where_the_naive_gradient_cancels():
     inputs, expected = _attention_cancel()
     W_kq0 = inputs["W_kq"]
     prep = twostage.prepare(input_dataset(inputs))
-    sc, _ = tolerance.twostage_scales(prep, expected["W_ov"], W_kq0)
+    sc, _ = magnitudes.twostage_scales(prep, expected["W_ov"], W_kq0)
     G = twostage.loss_and_grad(prep, expected["W_ov"], W_kq0).grad_W_kq
     assert np.linalg.norm(sc.M["grad_W_kq"]) / np.linalg.norm(G) > 1e20
     naive = twostage.direction(prep, expected["W_ov"], W_kq0, wrt="kq", method="naive").unit
     stable = {b: twostage.direction(prep, expected["W_ov"], W_kq0, wrt="kq", backend=b).unit
               for b in ("numba", "numpy")}
     assert np.abs(naive - stable["numba"]).max() > 1e-3                  # the float64 gradient points elsewhere
-    rho = tolerance.stable_accuracy(prep, expected["W_ov"], W_kq0, "kq")
+    rho = magnitudes.stable_accuracy(prep, expected["W_ov"], W_kq0, "kq")
     assert 1.0 < rho < 1e6
     assert np.linalg.norm(stable["numba"] - stable["numpy"]) <= 4 * tolerance.gamma(sc.count) * rho
 

@@ -159,9 +159,15 @@ def _optimal(inputs) -> np.ndarray:
 
 
 # --- shallow transformer and IndRNN (docs/shallow.md §1, §3, §6) ----------------------------------
+#: σ of each activation of docs/shallow.md; any other name is an error.
+ACTIVATIONS = {"tanh": jnp.tanh, "erf": lambda s: erf(s / math.sqrt(2.0))}
+
+
 def sigma(s, activation: str):
-    """tanh, or erf(x/√2)."""
-    return jnp.tanh(s) if activation == "tanh" else erf(s / math.sqrt(2.0))
+    """σ(s) of the named activation (tanh, or erf(x/√2)); ValueError for a name the table lacks."""
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"activation {activation!r} is not implemented here (known: {', '.join(ACTIVATIONS)})")
+    return ACTIVATIONS[activation](s)
 
 
 def transformer_f(opts, X, c, U, W):

@@ -253,9 +253,15 @@ def _ngd(step, W, eta: float, steps: int):
     return W.detach(), losses + losses[-1:] * pad, norms + norms[-1:] * pad
 
 
+#: σ of each activation of docs/shallow.md; any other name is an error.
+ACTIVATIONS = {"tanh": torch.tanh, "erf": lambda s: torch.erf(s / math.sqrt(2.0))}
+
+
 def sigma(s, activation: str):
-    """tanh, or erf(x/√2)."""
-    return torch.tanh(s) if activation == "tanh" else torch.erf(s / math.sqrt(2.0))
+    """σ(s) of the named activation (tanh, or erf(x/√2)); ValueError for a name the table lacks."""
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"activation {activation!r} is not implemented here (known: {', '.join(ACTIVATIONS)})")
+    return ACTIVATIONS[activation](s)
 
 
 def transformer_f(opts, X, c, U, W):

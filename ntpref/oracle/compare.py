@@ -345,17 +345,13 @@ def policy_tolerances(input_path, expected: Mapping[str, np.ndarray]) -> dict[st
     """The float64 policy's tolerances (docs/tolerance.md) for the arrays of ``expected``, computed from
     the run's input file (model from its ``model`` array; a train input when it holds ``eta``).
     InputErrors name the file."""
-    from ..checks import as_scalar
-    from .contract import MODELS
     from ..npzio import load_npz
+    from .contract import model_of
     from .tolerance import default_tolerances, run_kind
 
     inputs = load_npz(input_path)
     try:
-        if "model" not in inputs:
-            raise InputError("missing array 'model' (a 0-d string: " + " | ".join(f'"{m}"' for m in MODELS) + ")")
-        model = as_scalar("model", inputs["model"], kind="str")
-        return default_tolerances(model, run_kind(inputs), inputs, expected)
+        return default_tolerances(model_of(inputs).name, run_kind(inputs), inputs, expected)
     except InputError as exc:
         raise InputError(f"{input_path}: {exc}") from None
 

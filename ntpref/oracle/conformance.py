@@ -5,7 +5,7 @@ An **adapter** is a Python file (or module, object or dict) that defines one or 
     evaluate(model: str, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]   # ntpref eval outputs
     train(model: str, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]      # ntpref train outputs
 
-``model`` is "twostage", "shallow" or "indrnn"; ``inputs`` are the arrays of an ``ntpref eval`` /
+``model`` is a model of the registry (:mod:`ntpref.models`: "twostage", "shallow", "indrnn"); ``inputs`` are the arrays of an ``ntpref eval`` /
 ``ntpref train`` input (docs/contract.md) without ``model``, copies the adapter may keep or modify.
 Every case of :mod:`ntpref.oracle.cases` is run through the function of its kind and the returned
 arrays are compared with the oracle's outputs under the float64 policy (docs/tolerance.md) or, with
@@ -15,9 +15,9 @@ arrays are compared with the oracle's outputs under the float64 policy (docs/tol
   adapter does not return is listed in its case, not failed; a case whose outputs the adapter returns
   none of fails;
 * a run passes only if every **required** output of its cases was compared in at least one case:
-  every output except the :data:`OPTIONAL` diagnostics (the max-margin solutions ``W_ov_star``,
-  ``W_kq_star`` and the correlations with them, ``stage1_corr``, ``stage2_corr``, which need a QP
-  solver). So the loss, the model output and every gradient of an eval case, the trained parameters,
+  every output except the :data:`OPTIONAL` diagnostics of the models' specifications (the two-stage
+  max-margin solutions ``W_ov_star``, ``W_kq_star`` and the correlations with them, ``stage1_corr``,
+  ``stage2_corr``, which need a QP solver). So the loss, the model output and every gradient of an eval case, the trained parameters,
   ``loss_floor`` and the per-step logs of a train case are required; a required output that no case
   returned fails the run unless it is named in ``skip_outputs`` (``--skip-output NAME``);
 * ``NotImplementedError`` raised by the adapter marks the case skipped, with its message; anything
@@ -54,7 +54,8 @@ import numpy as np
 from .. import interrupt
 from ..checks import integer_at_least
 from ..errors import InputError, NtprefError
-from .cases import DEFAULT_RANDOM, MODELS, PRECISIONS, TRAJECTORIES, Case, cases
+from ..models import NAMES, SPECS
+from .cases import DEFAULT_RANDOM, PRECISIONS, TRAJECTORIES, Case, cases
 from .compare import Row, compare_arrays, compare_one
 
 __all__ = ["Adapter", "AdapterError", "CaseReport", "OPTIONAL", "RunReport", "cases", "check", "load_adapter", "run"]
@@ -62,8 +63,9 @@ __all__ = ["Adapter", "AdapterError", "CaseReport", "OPTIONAL", "RunReport", "ca
 LABELS = ("oracle", "adapter")
 #: The adapter function of each kind of case.
 FUNCTIONS = {"eval": "evaluate", "train": "train"}
-#: Outputs a run passes without: the max-margin solutions and the correlations with them (a QP solver's).
-OPTIONAL = frozenset({"W_ov_star", "W_kq_star", "stage1_corr", "stage2_corr"})
+#: Outputs a run passes without: every model's diagnostics (the two-stage max-margin solutions and the
+#: correlations with them, a QP solver's).
+OPTIONAL = frozenset(name for spec in SPECS.values() for name in spec.diagnostics)
 
 
 class AdapterError(NtprefError):
@@ -441,7 +443,7 @@ def _handle(args) -> int:
     print(line)
     if args.json:
         document = {"adapter": str(args.adapter), "precision": args.precision, "seed": args.seed,
-                    "random": args.random, "models": list(args.model or MODELS), "total": line, "ok": ok,
+                    "random": args.random, "models": list(args.model or NAMES), "total": line, "ok": ok,
                     "cases": [r.to_dict() for r in reports]}
         atomic_write(args.json, lambda fh: fh.write(json.dumps(document, indent=1).encode()))
     return 0 if ok else 1
@@ -457,7 +459,7 @@ def register(subparsers) -> None:
                               "2 adapter or usage error.")
     p.add_argument("adapter", metavar="ADAPTER.py",
                    help="defines evaluate(model, inputs) and/or train(model, inputs) returning dicts of arrays")
-    p.add_argument("--model", nargs="+", choices=MODELS, help="only these models (default all)")
+    p.add_argument("--model", nargs="+", choices=NAMES, help="only these models (default all)")
     p.add_argument("--random", type=integer_at_least(0), default=DEFAULT_RANDOM, metavar="N",
                    help=f"random cases per model (default {DEFAULT_RANDOM}: every regime of every model)")
     p.add_argument("--seed", type=integer_at_least(0), default=0, metavar="S",

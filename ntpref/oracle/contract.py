@@ -1,37 +1,36 @@
 """The ``eval`` / ``train`` contract of docs/contract.md: a dict of arrays in, a dict of arrays out.
 
-Every input holds a 0-d string array ``model``; the rest is handled by the model's own contract
-module, which validates names (unknown ones are errors), shapes, dtypes and values:
-
-  model = "twostage"           → :mod:`ntpref.twostage.contract`
-  model = "shallow" | "indrnn" → :mod:`ntpref.shallow.contract`
-
-Each model module exposes ``evaluate(model, arrays, backend)`` and
-``train(model, arrays, backend, progress)`` returning ``dict[str, np.ndarray]``.
+Every input holds a 0-d string array ``model`` naming a model of the registry (:mod:`ntpref.models`); the
+rest is handled by that model's specification (``evaluate(arrays, backend)``, ``train(arrays, backend,
+progress)``, returning ``dict[str, np.ndarray]``), whose contract validates names (unknown ones are
+errors), shapes, dtypes and values.
 """
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Mapping
 
 import numpy as np
 
 from ..checks import as_scalar, check_backend, require_finite
 from ..errors import InputError, NtprefError
+from ..models import NAMES, spec_named
 from ..progress import silent
-
-MODELS = {"twostage": "ntpref.twostage.contract", "shallow": "ntpref.shallow.contract",
-          "indrnn": "ntpref.shallow.contract"}
+from ..spec import ModelSpec
 
 
-def _split(arrays: Mapping[str, np.ndarray]):
+def model_of(arrays: Mapping[str, np.ndarray]) -> ModelSpec:
+    """The specification of the model an input names in its 0-d string array ``model``."""
     if "model" not in arrays:
-        raise InputError("missing array 'model' (a 0-d string: " + " | ".join(f'"{m}"' for m in MODELS) + ")")
-    model = as_scalar("model", arrays["model"], kind="str")
-    if model not in MODELS:
-        raise InputError(f"array 'model': unknown model {model!r}; known: {', '.join(MODELS)}")
-    rest = {k: v for k, v in arrays.items() if k != "model"}
-    return model, importlib.import_module(MODELS[model]), rest
+        raise InputError("missing array 'model' (a 0-d string: " + " | ".join(f'"{m}"' for m in NAMES) + ")")
+    name = as_scalar("model", arrays["model"], kind="str")
+    try:
+        return spec_named(name)
+    except InputError as exc:
+        raise InputError(f"array 'model': {exc}") from None
+
+
+def _split(arrays: Mapping[str, np.ndarray]) -> tuple[ModelSpec, dict]:
+    return model_of(arrays), {k: v for k, v in arrays.items() if k != "model"}
 
 
 def _finite_outputs(compute: Callable[[], dict]) -> dict[str, np.ndarray]:
@@ -51,16 +50,16 @@ def _finite_outputs(compute: Callable[[], dict]) -> dict[str, np.ndarray]:
 def evaluate(arrays: Mapping[str, np.ndarray], backend: str = "numba") -> dict[str, np.ndarray]:
     """Outputs of ``ntpref eval`` for an input dict (see docs/contract.md)."""
     check_backend(backend)
-    model, module, rest = _split(arrays)
-    return _finite_outputs(lambda: module.evaluate(model, rest, backend))
+    spec, rest = _split(arrays)
+    return _finite_outputs(lambda: spec.evaluate(rest, backend))
 
 
 def train(arrays: Mapping[str, np.ndarray], backend: str = "numba",
           progress: Callable[[str, int, int], None] = silent) -> dict[str, np.ndarray]:
     """Outputs of ``ntpref train`` for an input dict (see docs/contract.md)."""
     check_backend(backend)
-    model, module, rest = _split(arrays)
-    return _finite_outputs(lambda: module.train(model, rest, backend, progress))
+    spec, rest = _split(arrays)
+    return _finite_outputs(lambda: spec.train(rest, backend, progress))
 
 
 def run_file(kind: str, input_path, output_path, backend: str = "numba",

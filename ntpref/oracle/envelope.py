@@ -25,8 +25,8 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from .cases import TRAJECTORIES
-from .tolerance import TINY
+from ..rounding import TINY
+from ..spec import ModelSpec
 
 #: Unit roundoff of float32.
 U32 = 2.0 ** -24
@@ -36,69 +36,27 @@ DRAWS = 3
 MULTIPLE = 8.0
 #: Float inputs never moved: kappa takes the values 1 or 2 only.
 EXACT_INPUTS = ("kappa",)
-#: Inputs of training only; the rest of a train input is an eval input.
-TRAIN_ONLY = ("eta0", "eta", "T0", "T", "direction", "steps", "rho", "X_val", "y_val", "batch", "seed")
-#: Trained blocks of each model (the step size of each).
-BLOCKS = {"twostage": {"W_ov": "eta0", "W_kq": "eta"}, "shallow": dict.fromkeys(("c", "U", "W"), "eta"),
-          "indrnn": dict.fromkeys(("c", "u", "W_in"), "eta")}
 _SEED = 20240924
 
 
-def _magnitudes(model: str, inputs: Mapping[str, np.ndarray], **changes) -> dict[str, np.ndarray]:
-    """The float64 policy's magnitudes M of every eval output of ``inputs`` with ``changes`` (a train
-    input read as the eval input of the same data)."""
-    from .tolerance import eval_scales
-
-    base = {k: v for k, v in inputs.items() if k not in TRAIN_ONLY}
-    return {k: M for k, (M, _) in eval_scales(model, {**base, **changes}).items()}
-
-
-def _ends(model: str, inputs: Mapping[str, np.ndarray], expected: Mapping[str, np.ndarray], **data) -> list[dict]:
-    """Magnitudes at the first and the last parameters of a training run (two-stage: of stage 2,
-    W_ov at its stage-1 result; ``data`` replaces X, y)."""
-    if model == "twostage":
-        return [_magnitudes(model, inputs, W_ov=expected["W_ov"], W_kq=W) for W in (inputs["W_kq"], expected["W_kq"])]
-    return [_magnitudes(model, inputs, **data), _magnitudes(model, inputs, **data, **{b: expected[b] for b in BLOCKS[model]})]
-
-
-def _largest(ends: list[dict], name: str, reduce=np.max) -> float:
-    return max(float(reduce(M[name])) for M in ends)
-
-
-def evaluation_scales(model: str, kind: str, inputs: Mapping[str, np.ndarray],
+def evaluation_scales(spec: ModelSpec, kind: str, inputs: Mapping[str, np.ndarray],
                       expected: Mapping[str, np.ndarray]) -> dict[str, float]:
     """name → M_q, the magnitude of the terms q is computed from (at the first and last parameters of a
-    training run); absent where |q| itself is the scale (norms, parameters)."""
+    training run: the model's ``float32_scales``); absent where |q| itself is the scale (norms, parameters)."""
     if kind == "eval":
-        return {k: float(np.max(M)) for k, M in _magnitudes(model, inputs).items()}
-    ends = _ends(model, inputs, expected)
-    if model == "twostage":
-        first = _magnitudes(model, inputs, W_ov=inputs["W_ov"], W_kq=inputs["W_kq"])
-        return {"stage1_loss": max(float(first["loss0"]), _largest(ends, "loss0")),
-                "stage2_loss": _largest(ends, "loss"), "loss_floor": _largest(ends, "loss")}
-    from ..shallow.projgd import model_named
-
-    logged = model_named(model).logged
-    out = {"train_loss": _largest(ends, "loss"),
-           f"grad_norm_{logged}": _per_batch(inputs) * _largest(ends, f"grad_{logged}", np.linalg.norm)}
-    if "X_val" in inputs:
-        out["val_loss"] = _largest(_ends(model, inputs, expected, X=inputs["X_val"], y=inputs["y_val"]), "loss")
-    return out
+        return {k: float(np.max(M)) for k, (M, _) in spec.magnitudes(inputs).items()}
+    return spec.float32_scales(inputs, expected)
 
 
-def _per_batch(inputs: Mapping[str, np.ndarray]) -> float:
-    return np.shape(inputs["X"])[0] / int(inputs["batch"]) if "batch" in inputs else 1.0
-
-
-def update_rounding(model: str, inputs: Mapping[str, np.ndarray], expected: Mapping[str, np.ndarray]) -> dict[str, float]:
-    """block → u max|θ| + η u max M(∇θ) (×n/B for ProjSGD; η u for a unit NGD direction): the rounding
+def update_rounding(spec: ModelSpec, inputs: Mapping[str, np.ndarray], expected: Mapping[str, np.ndarray]) -> dict[str, float]:
+    """block → u max|θ| + η u D_θ, D_θ the magnitude of one update's direction (the model's
+    ``update_directions``: n/B max M(∇θ) for ProjGD / ProjSGD, 1 for a unit NGD direction): the rounding
     of one float32 update of each trained block."""
-    ends = None if model == "twostage" else _ends(model, inputs, expected)
+    directions = spec.update_directions(inputs, expected)
     out = {}
-    for block, step in BLOCKS[model].items():
+    for block, step in spec.blocks.items():
         size = max(float(np.max(np.abs(inputs[block]), initial=0.0)), float(np.max(np.abs(expected[block]), initial=0.0)))
-        direction = 1.0 if ends is None else _per_batch(inputs) * _largest(ends, f"grad_{block}")
-        out[block] = U32 * (size + float(inputs[step]) * direction)
+        out[block] = U32 * (size + float(inputs[step]) * directions[block])
     return out
 
 
@@ -106,13 +64,13 @@ def _float_inputs(inputs: Mapping[str, np.ndarray]):
     return [k for k, a in inputs.items() if np.asarray(a).dtype.kind == "f" and k not in EXACT_INPUTS]
 
 
-def measured(model: str, kind: str, inputs: Mapping[str, np.ndarray], expected: Mapping[str, np.ndarray]):
+def measured(spec: ModelSpec, kind: str, inputs: Mapping[str, np.ndarray], expected: Mapping[str, np.ndarray]):
     """(|q(fl32(inputs)) − q|, max over the draws |q(moved) − q|) per output, elementwise (module docstring)."""
     from . import contract
 
     run = contract.evaluate if kind == "eval" else contract.train
     rng = np.random.default_rng(_SEED)
-    blocks = update_rounding(model, inputs, expected) if kind == "train" else {}
+    blocks = update_rounding(spec, inputs, expected) if kind == "train" else {}
 
     def diff(changes):
         out = run({**inputs, **changes})
@@ -130,17 +88,11 @@ def measured(model: str, kind: str, inputs: Mapping[str, np.ndarray], expected: 
     return rounded, worst
 
 
-def roundings_behind(name: str, kind: str, inputs: Mapping[str, np.ndarray], shape: tuple) -> np.ndarray | int:
-    """n_q: 1 for an evaluation; for training the updates before q (per-step logs: an array over t)."""
-    if kind != "train" or name in ("W_ov_star", "W_kq_star"):
-        return 1
-    stage1 = int(inputs["T0"]) + 1 if "T0" in inputs else 0
-    before = stage1 if name.startswith("stage2_") or name == "W_kq" else 0
-    if name in TRAJECTORIES:
-        return before + np.arange(shape[0]) + 1 + (name == "val_loss")
-    if name in ("W_ov", "loss_floor"):
-        return stage1
-    return before + int(inputs["T"] if name == "W_kq" else inputs["steps"]) + 1
+def roundings_behind(spec: ModelSpec, name: str, kind: str, inputs: Mapping[str, np.ndarray],
+                     shape: tuple) -> np.ndarray | int:
+    """n_q: 1 for an evaluation; for training the updates before q (the model's ``roundings_behind``;
+    per-step logs: an array over t)."""
+    return spec.roundings_behind(name, inputs, shape) if kind == "train" else 1
 
 
 def _bound(err: np.ndarray, count) -> tuple[float, float]:
@@ -156,14 +108,14 @@ def _bound(err: np.ndarray, count) -> tuple[float, float]:
 def float32_tolerances(kind: str, inputs: Mapping[str, np.ndarray], expected: Mapping[str, np.ndarray]) -> dict[str, dict]:
     """name → tolerance (:mod:`ntpref.oracle.compare` form) = :data:`MULTIPLE` × the float32 envelope of
     every array of ``expected``, the float64 oracle's outputs for ``inputs`` (module docstring)."""
-    from ..checks import as_scalar
+    from .contract import model_of
 
-    model = as_scalar("model", inputs["model"], kind="str")
-    rounded, moved = measured(model, kind, inputs, expected)
-    scales = evaluation_scales(model, kind, inputs, expected)
+    spec = model_of(inputs)
+    rounded, moved = measured(spec, kind, inputs, expected)
+    scales = evaluation_scales(spec, kind, inputs, expected)
     out = {}
     for name in expected:
-        first, per_step = _bound(moved[name], roundings_behind(name, kind, inputs, moved[name].shape))
+        first, per_step = _bound(moved[name], roundings_behind(spec, name, kind, inputs, moved[name].shape))
         atol = U32 * scales.get(name, 0.0) + float(np.max(rounded[name], initial=0.0)) + first
         out[name] = {"rtol": MULTIPLE * U32, "atol": max(MULTIPLE * atol, TINY), "atol_per_step": MULTIPLE * per_step,
                      "reason": f"float32: {MULTIPLE:g} x envelope u|q| + {atol:.2g}"

@@ -22,13 +22,52 @@ import numpy as np
 from ..checks import MAX_STEPS, as_float, as_scalar, check_names
 from ..errors import InputError
 from ..progress import silent
+from ..spec import ABSENT, OPTIONAL, REQUIRED, Input, names_of
 from . import evaluation
+from .model import MODEL as TRANSFORMER
+from .model import head_states
 from .projgd import check_minibatch, model_named
 from .projgd import train as train_model
 
 _OPTION_KINDS = {"tau_att": "float", "mask_last_key": "bool", "activation": "str"}
-_TRAIN_REQUIRED = ("eta", "steps")
-_TRAIN_OPTIONAL = ("rho", "X_val", "y_val", "batch", "seed")
+_OPTION_DEFAULTS = {"tau_att": "1.0", "mask_last_key": "False", "activation": '"tanh"'}
+
+
+def inputs_of(model: str) -> tuple[Input, ...]:
+    """The input arrays of ``model`` ("shallow" | "indrnn"): data, blocks and training first (the required
+    ones in the order a missing-array error lists them), then the options."""
+    spec = model_named(model)
+    shapes = dict(zip(spec.blocks, spec.block_shapes))
+    return (Input("X", "[n, T, d]", "float", REQUIRED, REQUIRED), Input("y", "[n]", "float", REQUIRED, REQUIRED),
+            *(Input(b, shapes[b], "float", REQUIRED, REQUIRED) for b in spec.blocks),
+            Input("eta", "0-d", "float", ABSENT, REQUIRED), Input("steps", "0-d", "int", ABSENT, REQUIRED),
+            Input("kappa", "0-d", "float", OPTIONAL, OPTIONAL, "2.0"),
+            *(Input(k, "0-d", _OPTION_KINDS[k], OPTIONAL, OPTIONAL, _OPTION_DEFAULTS[k]) for k in spec.options),
+            Input("rho", f"[{len(spec.blocks)}]", "float", ABSENT, OPTIONAL, "no projection"),
+            Input("X_val", "[n_val, T, d]", "float", ABSENT, OPTIONAL, "no val_loss"),
+            Input("y_val", "[n_val]", "float", ABSENT, OPTIONAL),
+            Input("batch", "0-d", "int", ABSENT, OPTIONAL, "full batches (ProjGD)"),
+            Input("seed", "0-d", "int", ABSENT, OPTIONAL))
+
+
+def train_only(model: str) -> tuple[str, ...]:
+    """The inputs of ``model`` only training reads."""
+    return names_of(inputs_of(model), "eval", ABSENT)
+
+
+def eval_outputs(model: str) -> tuple[str, ...]:
+    """f [n], loss (0-d) and grad_<block> per block."""
+    return ("f", "loss") + tuple(f"grad_{b}" for b in model_named(model).blocks)
+
+
+def trajectories(model: str) -> tuple[str, ...]:
+    """The per-step logs of a training run: train_loss, val_loss (with validation data), grad_norm_<logged>."""
+    return ("train_loss", "val_loss", f"grad_norm_{model_named(model).logged}")
+
+
+def train_outputs(model: str) -> tuple[str, ...]:
+    """The final blocks and the per-step logs."""
+    return model_named(model).blocks + trajectories(model)
 
 
 def input_options(model: str, arrays: Mapping[str, np.ndarray]) -> dict:
@@ -48,18 +87,18 @@ def input_data(model: str, arrays: Mapping[str, np.ndarray]):
     return model_named(model).prepare(arrays["X"], arrays.get("y"), **input_options(model, arrays))
 
 
-def _parse(model: str, arrays: Mapping[str, np.ndarray], required=(), optional=(), what="eval"):
+def _parse(model: str, arrays: Mapping[str, np.ndarray], what: str):
     """(the model's evaluation.Model record, prepared data, params, kappa) after checking the names of
-    ``arrays``."""
-    spec = model_named(model)
-    check_names(arrays, ("X", "y") + spec.blocks + tuple(required), ("kappa",) + spec.options + tuple(optional),
-                f"{what} input of model {model!r}", train_names=_TRAIN_REQUIRED + _TRAIN_OPTIONAL)
+    ``arrays`` as those of a ``what`` ("eval" | "train") input."""
+    spec, inputs = model_named(model), inputs_of(model)
+    check_names(arrays, names_of(inputs, what, REQUIRED), names_of(inputs, what, OPTIONAL),
+                f"{what} input of model {model!r}", train_names=names_of(inputs, "eval", ABSENT))
     return spec, input_data(model, arrays), [arrays[b] for b in spec.blocks], input_kappa(arrays)
 
 
 def evaluate(model: str, arrays: Mapping[str, np.ndarray], backend: str = "numba") -> dict[str, np.ndarray]:
     """``ntpref eval``: f, loss and the gradient of every block."""
-    spec, data, params, kappa = _parse(model, arrays)
+    spec, data, params, kappa = _parse(model, arrays, "eval")
     result = evaluation.loss_and_grad(spec, data, params, kappa=kappa, backend=backend)
     out = {"f": result.f, "loss": np.array(result.loss)}
     out.update({f"grad_{b}": g for b, g in zip(spec.blocks, result[1:-1])})
@@ -69,7 +108,7 @@ def evaluate(model: str, arrays: Mapping[str, np.ndarray], backend: str = "numba
 def train(model: str, arrays: Mapping[str, np.ndarray], backend: str = "numba",
           progress: Callable[[str, int, int], None] = silent) -> dict[str, np.ndarray]:
     """``ntpref train``: ProjGD / ProjSGD from the given parameters; final blocks and per-step logs."""
-    spec, data, params, kappa = _parse(model, arrays, _TRAIN_REQUIRED, _TRAIN_OPTIONAL, "train")
+    spec, data, params, kappa = _parse(model, arrays, "train")
     rho = None
     if "rho" in arrays:
         rho = as_float("rho", arrays["rho"], (len(spec.blocks),), finite=False)
@@ -91,3 +130,26 @@ def train(model: str, arrays: Mapping[str, np.ndarray], backend: str = "numba",
         out["val_loss"] = result.val_loss
     out[f"grad_norm_{spec.logged}"] = result.grad_norms[spec.logged]
     return out
+
+
+def ntk_outputs(arrays: Mapping[str, np.ndarray], backend: str = "numba") -> dict[str, np.ndarray]:
+    """The stored case kind "ntk" of the shallow transformer (not an ``ntpref eval`` input): ``model``, ``X``
+    [n, T, d], ``c`` [m], ``U`` [m, d], ``W`` [m, d, d] and optional ``tau_att``, ``mask_last_key``,
+    ``activation`` → ``gram`` [n, n], the finite-width NTK Gram matrix (:func:`ntpref.shallow.ntk.ntk_gram`)."""
+    from .ntk import ntk_gram
+
+    check_names(arrays, ("model", "X") + TRANSFORMER.blocks, TRANSFORMER.options, what="ntk input")
+    gram = ntk_gram(arrays["X"], *(arrays[b] for b in TRANSFORMER.blocks), backend=backend,
+                    **input_options(TRANSFORMER.name, arrays))
+    return {"gram": np.asarray(gram, dtype=np.float64)}
+
+
+def head_state_intermediates(kind: str, arrays: Mapping[str, np.ndarray], backend: str = "numba") -> dict:
+    """The shallow transformer's head states stored beside an eval / ntk case's outputs to help locate a
+    mismatch: ``head_s`` [n, m] (pre-activations U_i^T a_i), ``head_a`` [n, m, d] (attention outputs
+    a_i = Σ_t α_t x_t) and ``head_MU`` [n, m, d] (M_i U_i), from :func:`ntpref.shallow.head_states`;
+    none for a train case (its outputs hold the per-step losses)."""
+    if kind == "train":
+        return {}
+    s, a, MU = head_states(input_data(TRANSFORMER.name, arrays), arrays["U"], arrays["W"], backend=backend)
+    return {"head_s": np.asarray(s), "head_a": np.asarray(a), "head_MU": np.asarray(MU)}

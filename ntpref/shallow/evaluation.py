@@ -85,7 +85,8 @@ class Model(NamedTuple):
     [m, ...], head first); check_params(*params, d=): the parameters validated as float64 for tokens of
     dimension d (a Params); outputs(data, params, backend): f [n]; gradients(data, params, kappa, backend):
     (f [n], the gradients in block order); LossAndGrad: the model's result (loss, grad_<block>..., f);
-    logged: the block whose gradient norm the file contract reports."""
+    logged: the block whose gradient norm the file contract reports; block_shapes: the shape of each block
+    (text, in block order)."""
     name: str
     prepare_name: str
     prepare: Callable
@@ -96,6 +97,7 @@ class Model(NamedTuple):
     gradients: Callable
     LossAndGrad: type
     logged: str
+    block_shapes: tuple[str, ...]
 
     @property
     def blocks(self) -> tuple[str, ...]:

@@ -112,7 +112,8 @@ def _gradients(data: Batch, p: Params, kappa: float, backend: str):
 
 #: The IndRNN as the shared evaluation, the trainer and the file contract see it (evaluation.Model).
 MODEL = evaluation.Model("indrnn", "ntpref.shallow.indrnn.prepare", prepare, Batch, Params, check_params, _outputs,
-                         _gradients, LossAndGrad, logged="u")
+                         _gradients, LossAndGrad, logged="u",
+                         block_shapes=("[m]", "[m]", "[m, d]"))
 
 
 def forward(data: Batch, c, u, W_in, *, kappa=2.0, backend="numba") -> Forward:

@@ -152,7 +152,8 @@ def _gradients(data: Batch, p: Params, kappa: float, backend: str):
 
 #: The transformer as the shared evaluation, the trainer and the file contract see it (evaluation.Model).
 MODEL = evaluation.Model("shallow", "ntpref.shallow.prepare", prepare, Batch, Params, check_params, _outputs,
-                         _gradients, LossAndGrad, logged="W")
+                         _gradients, LossAndGrad, logged="W",
+                         block_shapes=("[m]", "[m, d]", "[m, d, d]"))
 
 
 def forward(data: Batch, c, U, W, *, kappa=2.0, backend="numba") -> Forward:

@@ -20,12 +20,36 @@ import numpy as np
 from ..checks import MAX_STEPS, as_float, as_scalar, check_names
 from ..errors import InputError
 from ..progress import silent
+from ..spec import ABSENT, OPTIONAL, REQUIRED, Input, names_of
 from .dataset import Dataset
 from .model import forward, loss_and_grad, prepare, prepare_collocations
 from .two_stage import train as two_stage_train
 
-DATA = ("tokens", "lengths", "targets", "W_ov", "W_kq")
-TRAIN = ("succ", "eta0", "eta", "T0", "T")
+NAME = "twostage"
+#: The input arrays (their order: the required ones in the order a missing-array error lists them).
+INPUTS = (
+    Input("tokens", "[N, Lmax]", "int", REQUIRED, REQUIRED, "-1 past a sentence's length"),
+    Input("lengths", "[N]", "int", REQUIRED, REQUIRED),
+    Input("targets", "[N]", "int", REQUIRED, REQUIRED),
+    Input("W_ov", "[d, d]", "float", REQUIRED, REQUIRED),
+    Input("W_kq", "[d, d]", "float", REQUIRED, REQUIRED),
+    Input("E", "[d, K]", "float", OPTIONAL, OPTIONAL, "exactly one of E and K"),
+    Input("K", "0-d", "int", OPTIONAL, OPTIONAL, "E = I_K"),
+    Input("succ", "[K]", "int", OPTIONAL, REQUIRED, "no loss0 / grad0_W_ov"),
+    Input("eta0", "0-d", "float", ABSENT, REQUIRED),
+    Input("eta", "0-d", "float", ABSENT, REQUIRED),
+    Input("T0", "0-d", "int", ABSENT, REQUIRED),
+    Input("T", "0-d", "int", ABSENT, REQUIRED),
+    Input("direction", "0-d", "str", ABSENT, OPTIONAL, '"stable"'),
+)
+#: Outputs of eval (loss0 and grad0_W_ov with succ) and of train; the per-step logs among the train outputs.
+EVAL_OUTPUTS = ("loss", "logits", "attn", "grad_W_ov", "grad_W_kq", "loss0", "grad0_W_ov")
+TRAJECTORIES = tuple(f"{stage}_{key}" for stage in ("stage1", "stage2") for key in ("loss", "norm", "corr"))
+TRAIN_OUTPUTS = ("W_ov", "W_kq", "W_ov_star", "W_kq_star", "loss_floor") + TRAJECTORIES
+#: Train outputs an implementation need not return: the max-margin solutions and the correlations with them.
+DIAGNOSTICS = ("W_ov_star", "W_kq_star", "stage1_corr", "stage2_corr")
+#: The trained blocks and the input holding each one's step size (stage 1: W_ov, stage 2: W_kq).
+BLOCKS = {"W_ov": "eta0", "W_kq": "eta"}
 
 
 def input_dataset(arrays: Mapping) -> Dataset:
@@ -53,7 +77,8 @@ def _f64(x) -> np.ndarray:
 
 def evaluate(model: str, arrays: Mapping[str, np.ndarray], backend: str = "numba") -> dict[str, np.ndarray]:
     """Outputs of ``ntpref eval`` for model "twostage"."""
-    check_names(arrays, DATA, ("E", "K", "succ"), f"{model} eval input", train_names=TRAIN + ("direction",))
+    check_names(arrays, names_of(INPUTS, "eval", REQUIRED), names_of(INPUTS, "eval", OPTIONAL), f"{model} eval input",
+                train_names=names_of(INPUTS, "eval", ABSENT))
     ds = input_dataset(arrays)
     W_ov, W_kq = _matrices(arrays, ds.d)
     prep = prepare(ds)
@@ -71,7 +96,7 @@ def evaluate(model: str, arrays: Mapping[str, np.ndarray], backend: str = "numba
 def train(model: str, arrays: Mapping[str, np.ndarray], backend: str = "numba",
           progress: Callable[[str, int, int], None] = silent) -> dict[str, np.ndarray]:
     """Outputs of ``ntpref train`` for model "twostage": Algorithm 1 from the given W_ov / W_kq."""
-    check_names(arrays, DATA + TRAIN, ("E", "K", "direction"), f"{model} train input")
+    check_names(arrays, names_of(INPUTS, "train", REQUIRED), names_of(INPUTS, "train", OPTIONAL), f"{model} train input")
     ds = input_dataset(arrays)
     W_ov, W_kq = _matrices(arrays, ds.d)
     direction = as_scalar("direction", arrays["direction"], kind="str") if "direction" in arrays else "stable"

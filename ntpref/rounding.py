@@ -1,0 +1,79 @@
+"""Rounding-error arithmetic of the float64 tolerance policy (docs/tolerance.md), shared by the magnitude
+forms that live beside each model (``ntpref.twostage.magnitudes``, ``ntpref.shallow.magnitudes``) and by
+the policy itself (:mod:`ntpref.oracle.tolerance`).
+
+A tolerance is a dict ``{"rtol", "atol", "atol_max_scale", "atol_per_step", "reason"}`` in the form
+:func:`ntpref.oracle.compare.compare_arrays` accepts; the functions below build the four kinds the policy
+gives: an evaluated array, a per-step trajectory, a final iterate, a max-margin solution.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+#: Unit roundoff of float64.
+U = 2.0 ** -53
+#: Multiplier on every bound (second-order terms, the estimate of the trajectory response).
+SAFETY = 4.0
+#: ulps counted for each level of exp, log, tanh or erf (libms differ by a few ulps).
+TRANSCENDENTAL_ULPS = 8
+#: Max-margin solutions W_ov*, W_kq*: a least-norm QP certified to margins >= 1 - 1e-9
+#: (docs/twostage.md §5); another solver may stop anywhere within that, relative to max|W*|.
+QP_REL = 1e-9
+#: Smallest atol: -0.0 and 0.0 agree, and a tolerance is never "exact" (bitwise).
+TINY = float(np.finfo(np.float64).smallest_subnormal)
+
+
+def gamma(k: int) -> float:
+    """γ_k = k u / (1 − k u): the classical bound on the relative rounding error of k operations."""
+    return k * U / (1.0 - k * U)
+
+
+class Scales(NamedTuple):
+    """Magnitudes M per output name (arrays shaped like the outputs) and the operation count K."""
+
+    M: dict
+    count: int
+
+
+def max_abs(x) -> float:
+    """max |x| (0 for an empty array)."""
+    return float(np.max(np.abs(x), initial=0.0))
+
+
+def eval_tolerance(M: np.ndarray, count: int) -> dict:
+    """``atol = SAFETY · γ_K · max M`` for one evaluated array."""
+    top = float(np.max(M, initial=0.0))
+    return {"rtol": 0.0, "atol": max(SAFETY * gamma(count) * top, TINY), "atol_max_scale": 0.0,
+            "atol_per_step": 0.0, "reason": f"float64 policy, evaluation: {SAFETY:g}·γ_{count}·max M, M = {top:.3g}"}
+
+
+def running_max(D: np.ndarray, first: int) -> np.ndarray:
+    """max_{first <= s <= t} D(s) for every t (0 before ``first``): D [steps]."""
+    env = np.where(np.arange(D.shape[0]) >= first, D, 0.0)
+    return np.maximum.accumulate(env) if env.size else env
+
+
+def trajectory_tolerance(q: np.ndarray, floor: float, count: int, propagated: np.ndarray, what: str) -> dict:
+    """A logged trajectory q [steps]: rtol SAFETY·γ_K, and the straight line atol + atol_per_step·t
+    lying above SAFETY·(floor + propagated(t)); ``floor`` is q's evaluation bound apart from γ_K |q_t|."""
+    line = SAFETY * (floor + propagated)
+    atol = max(float(line[0]), TINY)
+    t = np.arange(1, q.shape[0])
+    slope = max(float(np.max((line[1:] - atol) / t, initial=0.0)), 0.0)
+    return {"rtol": SAFETY * gamma(count), "atol": atol, "atol_max_scale": 0.0, "atol_per_step": slope,
+            "reason": f"float64 policy, trajectory {what}: {SAFETY:g}·[γ_{count}·|q_t| + {floor:.3g} + "
+                      f"propagated rounding, {float(propagated[-1]):.3g} at the last step]"}
+
+
+def final_tolerance(propagated: float, what: str) -> dict:
+    """A final iterate: ``atol = SAFETY · propagated`` (the rounding carried along the run)."""
+    return {"rtol": 0.0, "atol": max(SAFETY * propagated, TINY), "atol_max_scale": 0.0, "atol_per_step": 0.0,
+            "reason": f"float64 policy, {what}: {SAFETY:g}·propagated rounding {propagated:.3g}"}
+
+
+def qp_tolerance(W_star: np.ndarray) -> dict:
+    """A max-margin solution: :data:`QP_REL` · max|W*| (a certified least-norm QP solver)."""
+    return {"rtol": 0.0, "atol": max(QP_REL * max_abs(W_star), TINY), "atol_max_scale": 0.0, "atol_per_step": 0.0,
+            "reason": f"max-margin solution: a certified least-norm QP solver, {QP_REL:g}·max|W*|"}
