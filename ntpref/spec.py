@@ -100,6 +100,7 @@ class ModelSpec:
     blocks: Mapping[str, str]
     evaluate: Callable
     train: Callable
+    timeline: Callable
     extra_kinds: Mapping[str, Callable]
     intermediates: Callable
     magnitudes: Callable

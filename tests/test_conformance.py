@@ -86,11 +86,12 @@ BROKEN = {
                            "stage2_norm, stage2_corr; leaves tolerance first at step 1 of stage2_loss"),
     "one_over_m": ({("r0_shallow_1_eval_T1_erf", "f"), ("r0_shallow_1_eval_T1_erf", "grad_U"),
                     ("r0_indrnn_1_eval_T1_erf", "f"), ("r0_indrnn_0_eval_paired", "grad_W_in")},
-                   "FAIL  r0_shallow_1_eval_T1_erf: 1/5 arrays within tolerance; failing: f, loss, grad_c, grad_U"),
+                   "FAIL  r0_shallow_1_eval_T1_erf: 1/5 arrays within tolerance; failing: f, loss, grad_c, grad_U; first "
+                   "wrong in the order of computation: f"),
     "softmax_over_padding": ({("r0_twostage_0_eval_general_E", "attn"), ("r0_twostage_0_eval_general_E", "loss"),
                               ("r0_twostage_1_eval_saturated", "attn")},
                              "FAIL  r0_twostage_0_eval_general_E: 2/7 arrays within tolerance; failing: loss, logits, "
-                             "attn, grad_W_ov, grad_W_kq"),
+                             "attn, grad_W_ov, grad_W_kq; first wrong in the order of computation: attn"),
     "gradient_error": ({("r0_twostage_0_eval_general_E", "grad_W_kq"), ("r0_shallow_0_eval_paired_mask", "grad_W"),
                         ("r0_indrnn_1_eval_T1_erf", "grad_W_in"), ("r0_shallow_2_train_projgd", "grad_norm_W")},
                        "FAIL  r0_shallow_0_eval_paired_mask: 4/5 arrays within tolerance; failing: grad_W"),
@@ -475,3 +476,48 @@ def test_an_unwritable_json_report_is_refused_before_any_case_runs(capsys, tmp_p
                       (tmp_path / "fifo.json", "it is a FIFO, not a regular file")):
         rc, out, err = conformance(capsys, ADAPTERS / "oracle_numpy.py", "--no-stored", "--json", path)
         assert rc == 2 and out == "" and why in err and err.count("\n") == 1, err
+
+
+# --- the first wrong quantity, in the order of computation ------------------------------------------
+def _oracle_with(case, changes):
+    """A dict adapter returning the oracle's outputs of ``case`` with ``changes`` (name → f(array)) applied."""
+    def run(model, inputs):
+        out = {k: np.array(v, dtype=np.float64) for k, v in case.expected.items()}
+        for name, change in changes.items():
+            out[name] = change(out[name])
+        return out
+    return {case.kind: run}
+
+
+def _bump(index=None, rel=1e-3):
+    def change(a):
+        a = a.copy()
+        if index is None:
+            a *= 1.0 + rel
+        else:
+            a[index] += rel * (1.0 + abs(a[index]))
+        return a
+    return change
+
+
+@pytest.mark.parametrize("changes, departure", [
+    ({"W_ov": _bump(), "stage2_loss": _bump(0)}, ("W_ov", None)),           # the stage-1 result before stage 2
+    ({"stage1_loss": _bump(3), "stage2_loss": _bump(0)}, ("stage1_loss", 3)),
+    ({"stage2_norm": _bump(2), "stage2_loss": _bump(2), "W_kq": _bump()}, ("stage2_loss", 2)),  # loss before norm
+    ({"W_kq_star": _bump(), "stage1_loss": _bump(0)}, ("W_kq_star", None)),  # from the data, before training
+])
+def test_the_report_names_the_first_wrong_two_stage_quantity(changes, departure):
+    case = next(c for c in random_cases(["twostage"], 3, 0) if c.kind == "train")
+    report = check(_oracle_with(case, changes), case)
+    assert not report.ok and report.departure == departure
+    assert {r.name for r in report.rows if not r.ok} == set(changes)
+
+
+def test_the_report_names_the_gradient_norm_before_the_validation_loss():
+    """grad_norm_W[t] is computed at θ(t), before the update that val_loss[t] (at θ(t+1)) follows."""
+    case = next(c for c in random_cases(["shallow"], 3, 0) if c.kind == "train")
+    report = check(_oracle_with(case, {"grad_norm_W": _bump(0), "val_loss": _bump(0)}), case)
+    assert report.departure == ("grad_norm_W", 0)
+    assert "leaves tolerance first at step 0 of grad_norm_W" in report.summary()
+    report = check(_oracle_with(case, {"train_loss": _bump(1), "grad_norm_W": _bump(1)}), case)
+    assert report.departure == ("train_loss", 1)

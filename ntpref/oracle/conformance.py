@@ -25,7 +25,10 @@ arrays are compared with the oracle's outputs under the float64 policy (docs/tol
   is an :class:`AdapterError` carrying the adapter's own traceback (exit status 2). Only a signal is
   an interruption: one that :mod:`ntpref.interrupt` recorded (the command's handlers), or, under
   Python's default SIGINT handler, a KeyboardInterrupt (a Ctrl-C cannot be told from a raised one);
-* for a failing per-step log the report names the first step where the adapter leaves tolerance.
+* the report names the failing quantity the run computes first (the model's ``timeline``: stage 1 before
+  stage 2; at a step the loss, the gradient and its logged norm, then the update and the validation loss;
+  the forward pass before the gradients), for a per-step log with the first step where the adapter leaves
+  tolerance.
 
 Python API (e.g. in a pytest suite)::
 
@@ -177,7 +180,8 @@ def _load_file(path: Path):
 class CaseReport:
     """The outcome of one case: ``rows`` (one compared array each, :class:`ntpref.oracle.compare.Row`),
     ``unknown`` (returned names the oracle does not output), ``not_returned``, ``skipped`` (the reason,
-    or None), ``departure`` ((array, step) where a per-step log first leaves tolerance, or None).
+    or None), ``departure`` ((array, step) of the failing quantity computed first, step None unless it is a
+    per-step log; None when nothing failed).
     ``ok`` is True when the case passed or was skipped; ``str(report)`` is its table and summary."""
 
     def __init__(self, case: Case, precision: str, rows=(), unknown=(), not_returned=(), skipped=None,
@@ -226,8 +230,10 @@ class CaseReport:
             return text + f" (the adapter returned none of the outputs: {', '.join(self.case.expected)})"
         if failing:
             text += f"; failing: {', '.join(failing)}"
-        if self.departure:
+        if self.departure and self.departure[1] is not None:
             text += f"; leaves tolerance first at step {self.departure[1]} of {self.departure[0]}"
+        elif self.departure and len(failing) > 1:
+            text += f"; first wrong in the order of computation: {self.departure[0]}"
         if self.not_returned:
             text += f"; not returned: {', '.join(self.not_returned)}"
         return text
@@ -292,21 +298,34 @@ def _outputs(returned, adapter: Adapter, case: Case, precision: str) -> dict[str
     return out
 
 
-def _departure(rows: list[Row], expected: Mapping, actual: Mapping, tols: Mapping) -> tuple[str, int] | None:
-    """(array, step) of the earliest step at which a failing per-step log leaves its tolerance (the
-    shortest failing prefix, by bisection); every step of stage 1 comes before those of stage 2."""
+def _first_failing_step(name: str, expected: np.ndarray, actual: np.ndarray, tol: Mapping) -> int:
+    """The first step at which a failing per-step log leaves its tolerance: the end of the shortest failing
+    prefix, by bisection."""
+    lo, hi = 0, len(expected)                   # the prefix of length hi fails, of length lo passes
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if compare_one(name, expected[:mid], actual[:mid], tol).ok else (lo, mid)
+    return hi - 1
+
+
+def _departure(case: Case, rows: list[Row], expected: Mapping, actual: Mapping,
+               tols: Mapping) -> tuple[str, int | None] | None:
+    """(array, step) of the failing quantity the run computes first (the model's ``timeline``: stage 1
+    before stage 2; at a step the loss, then the gradient and its logged norm, then the update and the
+    validation loss; in an evaluation the forward pass before the gradients); step None for an array that
+    is not a per-step log. None when nothing failed."""
+    timeline = SPECS[case.model].timeline
     first, earliest = None, None
     for r in rows:
-        if r.ok or r.name not in TRAJECTORIES or r.max_abs_err is None:
+        if r.ok or r.max_abs_err is None:
             continue
-        e, a, tol = expected[r.name], actual[r.name], tols[r.name]
-        lo, hi = 0, len(e)                      # the prefix of length hi fails, of length lo passes
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            lo, hi = (mid, hi) if compare_one(r.name, e[:mid], a[:mid], tol).ok else (lo, mid)
-        when = hi - 1 + (len(expected["stage1_loss"]) if r.name.startswith("stage2_") else 0)
+        times = timeline(r.name, expected)
+        step = None
+        if r.name in TRAJECTORIES and np.ndim(times):
+            step = _first_failing_step(r.name, expected[r.name], actual[r.name], tols[r.name])
+        when = float(times[step] if step is not None else times)
         if earliest is None or when < earliest:
-            first, earliest = (r.name, hi - 1), when
+            first, earliest = (r.name, step), when
     return first
 
 
@@ -337,7 +356,8 @@ def check(adapter, case: Case, precision: str = "float64") -> CaseReport:
     report = compare_arrays(expected, actual, tols, names=names, labels=LABELS)
     return CaseReport(case, precision, rows=report.rows, unknown=[n for n in actual if n not in expected],
                       not_returned=[n for n in expected if n not in actual],
-                      departure=_departure(report.rows, expected, actual, tols), seconds=time.perf_counter() - start)
+                      departure=_departure(case, report.rows, expected, actual, tols),
+                      seconds=time.perf_counter() - start)
 
 
 # --- a whole run --------------------------------------------------------------------------------------

@@ -65,6 +65,20 @@ def trajectories(model: str) -> tuple[str, ...]:
     return ("train_loss", "val_loss", f"grad_norm_{model_named(model).logged}")
 
 
+def timeline(model: str, name: str, expected: Mapping[str, np.ndarray]) -> np.ndarray:
+    """When ``name`` is computed, for ordering failures (``expected``: the oracle's outputs of the run): eval
+    outputs in the order f, loss, grad_<block>; in training at step t first train_loss[t], then the logged
+    gradient norm (both at θ(t)), then val_loss[t] (at θ(t+1), after the update); the final blocks last."""
+    evaluated = eval_outputs(model)
+    if name in evaluated:
+        return np.array(float(evaluated.index(name)))
+    steps = len(expected["train_loss"])
+    if name in model_named(model).blocks:
+        return np.array(3.0 * steps)
+    within = {"train_loss": 0.0, f"grad_norm_{model_named(model).logged}": 1.0, "val_loss": 2.0}
+    return 3.0 * np.arange(len(expected[name])) + within[name]
+
+
 def train_outputs(model: str) -> tuple[str, ...]:
     """The final blocks and the per-step logs."""
     return model_named(model).blocks + trajectories(model)

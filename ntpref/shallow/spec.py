@@ -19,6 +19,7 @@ def _spec(model: str, description: str, scales: Callable, extra_kinds: dict, int
         trajectories=contract.trajectories(model), diagnostics=(),
         blocks=dict.fromkeys(contract.model_named(model).blocks, "eta"),
         evaluate=partial(contract.evaluate, model), train=partial(contract.train, model),
+        timeline=partial(contract.timeline, model),
         extra_kinds=extra_kinds, intermediates=intermediates, magnitudes=partial(magnitudes.magnitudes, model, scales),
         train_tolerances=partial(magnitudes.train_tolerances, model, scales),
         float32_scales=partial(magnitudes.float32_scales, model, scales),

@@ -111,3 +111,27 @@ def train(model: str, arrays: Mapping[str, np.ndarray], backend: str = "numba",
         for key in ("loss", "norm", "corr"):
             out[f"{stage}_{key}"] = metrics[key]
     return {k: _f64(v) for k, v in out.items()}
+
+
+#: The order of the eval outputs' computation: forward (attention, logits, loss), backward, then L0.
+_EVAL_ORDER = ("attn", "logits", "loss", "grad_W_ov", "grad_W_kq", "loss0", "grad0_W_ov")
+#: Within one index t of a stage's logs (all at the parameters after t updates): the loss, the norm, the correlation.
+_WITHIN = {"loss": 0, "norm": 1, "corr": 2}
+
+
+def timeline(name: str, expected: Mapping[str, np.ndarray]) -> np.ndarray:
+    """When ``name`` is computed, for ordering failures (``expected``: the oracle's outputs of the run, for the
+    stages' lengths): eval outputs in :data:`_EVAL_ORDER`; in training the max-margin solutions first (they
+    come from the data alone), then stage 1's logs index by index [T0 + 1], the stage-1 result W_ov and L*
+    (from W_ov), stage 2's logs [T + 1], and the stage-2 result W_kq. A per-step log gets one time per entry."""
+    if name in _EVAL_ORDER:
+        return np.array(float(_EVAL_ORDER.index(name)))
+    if name in ("W_ov_star", "W_kq_star"):
+        return np.array(-1.0)
+    end1 = 3.0 * len(expected["stage1_loss"])
+    start2 = end1 + 2.0
+    end2 = start2 + 3.0 * len(expected["stage2_loss"])
+    if name in ("W_ov", "loss_floor", "W_kq"):
+        return np.array({"W_ov": end1, "loss_floor": end1 + 1.0, "W_kq": end2}[name])
+    stage, key = name.split("_", 1)
+    return (0.0 if stage == "stage1" else start2) + 3.0 * np.arange(len(expected[name])) + _WITHIN[key]

@@ -18,6 +18,7 @@ SPEC = ModelSpec(
     blocks=contract.BLOCKS,
     evaluate=partial(contract.evaluate, contract.NAME),
     train=partial(contract.train, contract.NAME),
+    timeline=contract.timeline,
     extra_kinds={},
     intermediates=no_intermediates,
     magnitudes=magnitudes.magnitudes,
