@@ -97,7 +97,8 @@ def format_seconds(s: float) -> str:
 def add_arguments(p) -> None:
     """The options of ``ntpref bench``, which the harness shares."""
     p.add_argument("--threads", type=count_argument, nargs="+",
-                   help="thread counts, at most the number of cores (default 1 2; 1 on one core)")
+                   help="thread counts, at most the number of cores (default 1 2; 1 on one core). On a busy "
+                        "machine more threads than free cores run slower, not faster: Numba's threads spin")
     p.add_argument("--repeats", type=count_argument, default=7, help="timed runs per measurement (median; default 7)")
     p.add_argument("--models", nargs="+", default=list(NAMES), choices=NAMES)
     p.add_argument("--json", metavar="PATH.json", help="all timings as JSON")

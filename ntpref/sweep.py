@@ -383,10 +383,11 @@ def _odd_cells(finished: Mapping[str, tuple[dict, Mapping[str, np.ndarray]]]) ->
     return odd
 
 
-def load_results(outdir: str | os.PathLike, cells: list[dict] | None = None,
-                 version: int | None = None) -> list[tuple[dict, dict[str, np.ndarray]]]:
+def load_results(outdir: str | os.PathLike, cells: list[dict] | None = None, version: int | None = None,
+                 siblings: set[str] = frozenset()) -> list[tuple[dict, dict[str, np.ndarray]]]:
     """The finished cells in ``outdir`` as (params, arrays), sorted by cell key: every ``.npz`` file, or
-    with ``cells`` those of that grid (other files are ignored with a warning).
+    with ``cells`` those of that grid (other files are ignored, with a warning unless their key is among
+    ``siblings``: cells of the same sweep for other seeds).
 
     A file that is not a finished cell (does not load, no ``cell_params``, another cell's parameters, with
     ``version`` another ``cell_version``) is an InputError naming it and saying how to fix it.
@@ -395,7 +396,7 @@ def load_results(outdir: str | os.PathLike, cells: list[dict] | None = None,
     paths = sorted(outdir.glob("*.npz"))
     wanted = None if cells is None else {cell_key(c): _json_form(c) for c in cells}
     if wanted is not None:
-        foreign = [p.name for p in paths if p.stem not in wanted]
+        foreign = [p.name for p in paths if p.stem not in wanted and p.stem not in siblings]
         if foreign:
             warnings.warn(f"{outdir}: ignoring {len(foreign)} file(s) that are not cells of this sweep "
                           f"('{foreign[0]}'{', ...' if len(foreign) > 1 else ''})", stacklevel=2)

@@ -120,3 +120,24 @@ def test_median_slope_interval_covers_the_power_law_and_shrinks_with_seeds():
 def test_config_text_is_sorted_names_and_values():
     assert configs.config_text({"n": 5000, "K": 8192, "teacher": "full"}) == "K = 8192, n = 5000, teacher = full"
     assert configs.config_text({"n": 5000, "K": 8192, "teacher": "full"}, ("teacher",)) == "K = 8192, n = 5000"
+
+
+def test_a_seeds_run_summarizes_apart_and_shares_the_cells_quietly(tmp_path):
+    """--seeds N writes its summary to SIZE/seeds-N/, never over the size's own; each run takes the other's
+    finished cells as its target's (no warning about them) and computes only what it lacks."""
+    import warnings
+
+    from ntpref.reproduce import run_target
+
+    quick = tmp_path / "twostage" / "quick"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")                       # a warning about the other seeds' cells fails
+        run_target("twostage", "quick", tmp_path, seeds=1)
+        assert (quick / "seeds-1" / "summary.txt").is_file() and not (quick / "summary.txt").exists()
+        run_target("twostage", "quick", tmp_path)
+        own = (quick / "summary.txt").read_bytes()
+        one = (quick / "seeds-1" / "summary.txt").read_bytes()
+        run_target("twostage", "quick", tmp_path, seeds=1, summarize_only=True)
+    assert (quick / "summary.txt").read_bytes() == own != one
+    assert (quick / "seeds-1" / "summary.txt").read_bytes() == one
+    assert len(list((quick / "cells").glob("*.npz"))) == 3

@@ -15,7 +15,8 @@ A *target* is a module in this package with
 
 ``--seeds N`` runs the first N seeds of a size instead of its own number (fewer for a long run that must
 fit a time budget, more for tighter intervals); the cells of the other seeds are unaffected, so runs with
-different N share their finished cells.
+different N share their finished cells. Its summary and figures go to ``OUT/TARGET/SIZE/seeds-N/``, so a
+run of fewer (or more) seeds never replaces the summary of the size's own seeds.
 
 Results go to ``OUT/TARGET/SIZE/cells/`` (one file per cell; a rerun resumes), the figures and
 ``summary.txt`` to ``OUT/TARGET/SIZE/`` (SIZE = quick | full). Summaries are built from the directory
@@ -47,6 +48,8 @@ TARGETS = {
 
 #: The text table of a target, next to its figures.
 SUMMARY = "summary.txt"
+#: Seeds whose cells a run of other seeds recognises as its target's (:func:`_sibling_keys`).
+MANY_SEEDS = 100
 
 
 @dataclass
@@ -87,11 +90,14 @@ def run_target(name: str, size: str = "quick", out: str | Path = "results", *, w
         raise InputError(f"target {name!r} has no size {size!r}; sizes: {', '.join(mod.SIZES)}")
     outdir = Path(out) / name / size
     celldir = outdir / "cells"
+    config = with_seeds(mod.SIZES[size], seeds)
+    if config != mod.SIZES[size]:
+        outdir = outdir / f"seeds-{seeds}"       # never replaces the summary of the size's own seeds
     # a summary that cannot be written (a FIFO of its name) is refused before the run; a results directory
     # that cannot be created is the sweep's to report
     if os.path.isdir(outdir):
         check_output(outdir / SUMMARY)
-    cells = mod.cells(**with_seeds(mod.SIZES[size], seeds))
+    cells = mod.cells(**config)
     version = getattr(mod, "CELL_VERSION", 1)
     if not summarize_only:
         if hasattr(mod, "equivalent_cell"):
@@ -101,12 +107,22 @@ def run_target(name: str, size: str = "quick", out: str | Path = "results", *, w
                               "(the same computation)")
         run_sweep(mod.cell, cells, celldir, workers=workers, scheduler=scheduler,
                   dask_local=dask_local, progress=progress, label=f"reproduce {name} ({size})", version=version)
-    results = load_results(celldir, cells, version)
+    results = load_results(celldir, cells, version, siblings=_sibling_keys(mod, size))
     if not results:
         raise InputError(f"{celldir}: no finished cells to summarize")
     summary = mod.summarize(results, outdir)
     atomic_write(outdir / SUMMARY, lambda fh: fh.write((summary.table + "\n").encode()))
     return summary
+
+
+def _sibling_keys(mod, size: str) -> set[str]:
+    """The cell keys of ``size`` for up to :data:`MANY_SEEDS` seeds: cells another ``--seeds`` run of the same
+    target leaves in its directory, which a run of other seeds ignores without a warning."""
+    from ..sweep import cell_key
+
+    if "seeds" not in mod.SIZES[size]:
+        return set()
+    return {cell_key(c) for c in mod.cells(**with_seeds(mod.SIZES[size], MANY_SEEDS))}
 
 
 def _equivalents(mod, cell: dict, out: Path):
@@ -150,7 +166,11 @@ def register(subparsers) -> None:
     from ..sweep import SCHEDULER_TIMEOUT
 
     p = subparsers.add_parser("reproduce", help="reproduce the papers' experiments (figures and tables)",
-                              description=__doc__.split("\n")[0])
+                              description="ntpref reproduce: every experiment of both papers from one command each. "
+                              "Cells go to OUT/TARGET/SIZE/cells/ (a rerun resumes), summary.txt and the figures to "
+                              "OUT/TARGET/SIZE/ (docs/reproductions.md). Threads: each worker process gets cores / "
+                              "workers Numba threads unless NUMBA_NUM_THREADS is set; on a busy machine fewer "
+                              "threads than cores run faster (spinning threads on taken cores are slow).")
     p.add_argument("targets", nargs="*", metavar="TARGET", help=f"{' | '.join(TARGETS)} | all")
     size = p.add_mutually_exclusive_group()
     size.add_argument("--quick", action="store_true", help="small default size (minutes on 2 cores)")
