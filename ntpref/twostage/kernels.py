@@ -33,9 +33,9 @@ s_2 = max_{l∉A} s_l and v_l = e^{s_l - s_2} (l ∉ A); every u_l, v_l ≤ 1. E
     g̃_l = v_l (D_l U - Σ_{k∉A} u_k D_k)  for l ∉ A
 
 (the sums in position order). This is φ_l (a_l - φ·a) = Σ_k φ_l φ_k (a_l - a_k) with φ_l φ_k = e^σ u_l v_k
-(l ∈ A) or e^σ v_l u_k (l ∉ A) and σ the largest log φ_l + log φ_k over pairs with a_l ≠ a_k, as in the
-NumPy backend's pairwise form; 2L exponentials per sentence (u, v) instead of one per pair. When all a_l
-are equal, g_s = 0 exactly and σ = -inf. ã = X^T W_ov^T E g̃ (a = e^m ã). Each sentence's log scale
+(l ∈ A) or e^σ v_l u_k (l ∉ A) and σ the largest log φ_l + log φ_k over pairs with a_l ≠ a_k; 2L
+exponentials per sentence (u, v) instead of one per pair (the NumPy backend's ``_np_kq_stable`` is this
+algorithm, vectorised over sentences). When all a_l are equal, g_s = 0 exactly and σ = -inf. ã = X^T W_ov^T E g̃ (a = e^m ã). Each sentence's log scale
 λ_i = σ + m + log w_i; the sum over sentences is shifted by Λ = max λ_i, which is returned.
 
 Work slots. A pass keeps every per-sentence quantity in its own array with one row per sentence, [N],

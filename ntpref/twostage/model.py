@@ -17,8 +17,9 @@ training loop passes every step) or a Dataset (prepared on each call) and W_ov, 
 None for a set of one-token sentences (Lmax = 1, such as D0), whose attention is 1 whatever W_kq.
 
 Backends (keyword ``backend`` of every call): ``"numba"`` (token-space kernels in :mod:`.kernels`, one-hot
-fast path when E = I) and ``"numpy"`` (vectorised, in the X-form above). Both are numerically stable for
-any finite input (log-sum-exp everywhere, margins r_v = z_v - z_y instead of p_y - 1).
+fast path when E = I) and ``"numpy"`` (vectorised, in the X-form above; its stable attention direction,
+``_np_kq_stable``, is the kernels' algorithm line by line). Both are numerically stable for any finite
+input (log-sum-exp everywhere, margins r_v = z_v - z_y instead of p_y - 1).
 """
 from __future__ import annotations
 
@@ -187,8 +188,20 @@ def _matrices(prep: Prepared, W_ov, W_kq):
 
 # ---- NumPy backend (reads like the equations of docs/twostage.md) ---------------------------------------
 
-def _np_attention(prep: Prepared, W_kq):
-    """X rows x_l [N, Lmax, d] (0 on padding), x_L [N, d], mask [N, Lmax], φ, log φ (-inf on padding)."""
+class _Attention(NamedTuple):
+    """The NumPy backend's attention pass over a prepared set (docs/twostage.md §2; the kernels' names)."""
+
+    X: np.ndarray       # [N, Lmax, d] rows x_l (0 on padding)
+    xL: np.ndarray      # [N, d] the query x_L
+    mask: np.ndarray    # [N, Lmax] positions inside the sentence
+    s: np.ndarray       # [N, Lmax] scores s_l = x_l^T W_kq x_L (-inf on padding)
+    u: np.ndarray       # [N, Lmax] u_l = e^{s_l - s_1}, s_1 the largest score (0 on padding)
+    U: np.ndarray       # [N] Σ_l u_l
+    phi: np.ndarray     # [N, Lmax] φ = u / U
+
+
+def _np_attention(prep: Prepared, W_kq) -> _Attention:
+    """The attention of every sentence of ``prep`` at W_kq [d, d]."""
     E = prep.E
     N, Lmax = prep.tokens.shape
     mask = np.arange(Lmax)[None, :] < prep.lengths[:, None]
@@ -196,10 +209,10 @@ def _np_attention(prep: Prepared, W_kq):
     xL = E.T[prep.tokens[np.arange(N), prep.lengths - 1]]
     s = np.einsum("nld,de,ne->nl", X, W_kq, xL)                    # s_l = x_l^T W_kq x_L
     s = np.where(mask, s, -np.inf)
-    u = s - s.max(axis=1, keepdims=True)
-    e = np.exp(u)
-    Z = e.sum(axis=1, keepdims=True)
-    return X, xL, mask, e / Z, u - np.log(Z)
+    r = s - s.max(axis=1, keepdims=True)
+    u = np.exp(r)
+    U = u.sum(axis=1)
+    return _Attention(X, xL, mask, s, u, U, u / U[:, None])
 
 
 def _np_output(z, y):
@@ -223,11 +236,35 @@ def _np_output(z, y):
 
 
 def _np_pass(prep: Prepared, W_ov, W_kq):
-    X, xL, mask, phi, lphi = _np_attention(prep, W_kq)
-    h = np.einsum("nl,nld->nd", phi, X)                            # Xφ
+    """(attention, Xφ [N, d], logits z [N, K], ℓ [N], m [N], g̃ [N, K]) of the forward pass."""
+    att = _np_attention(prep, W_kq)
+    h = np.einsum("nl,nld->nd", att.phi, att.X)                    # Xφ
     z = h @ W_ov.T @ prep.E                                        # z = E^T W_ov X φ
     loss, m, g = _np_output(z, prep.targets)
-    return X, xL, mask, phi, lphi, h, z, loss, m, g
+    return att, h, z, loss, m, g
+
+
+def _np_kq_stable(att: _Attention, a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(g̃_s [N, Lmax], σ [N]) with g_s = e^σ g̃_s: the log-scaled attention gradient of every sentence from
+    ã [N, Lmax], by the kernels' algorithm (twostage/kernels.py, ``_kq_stable_rows``): l1 the first arg max
+    of the scores, the class A = {l : a_l = a_l1}, D_l = a_l − a_l1 (0 on A), s_2 = max_{l∉A} s_l,
+    v_l = e^{s_l − s_2} (l ∉ A), P = Σ_{k∉A} u_k D_k, P_v = Σ_{k∉A} v_k D_k; then
+    g̃_l = −u_l P_v on A, v_l (D_l U − P) off A, and σ = (s_2 − s_1) − 2 log U; σ = −inf and g̃ = 0 when every
+    a_l is equal (g_s = 0 exactly)."""
+    rows = np.arange(a.shape[0])
+    l1 = np.where(att.mask, att.s, -np.inf).argmax(axis=1)
+    D = np.where(att.mask, a - a[rows, l1][:, None], 0.0)
+    off = att.mask & (D != 0.0)
+    s2 = np.where(off, att.s, -np.inf).max(axis=1)
+    gap = s2 - att.s[rows, l1]
+    has = gap > -np.inf
+    v = np.exp(np.where(off, att.s - np.where(has, s2, 0.0)[:, None], -np.inf))    # 0 on A and padding
+    P = (np.where(off, att.u * D, 0.0)).sum(axis=1)
+    Pv = (v * D).sum(axis=1)
+    gs = np.where(off, v * (D * att.U[:, None] - P[:, None]), np.where(att.mask, -att.u * Pv[:, None], 0.0))
+    gs = np.where(has[:, None], gs, 0.0)
+    sigma = np.where(has, gap - 2.0 * np.log(att.U), -np.inf)
+    return gs, sigma
 
 
 def _np_log_weights(prep: Prepared):
@@ -238,7 +275,8 @@ def _np_log_weights(prep: Prepared):
 def _np_run(prep: Prepared, W_ov, W_kq, mode: int):
     """NumPy twin of _numba_pass, returning (loss, log_scale, losses, logits, attn, grad_ov, grad_kq)
     with the gradients already in d-space (E G E^T)."""
-    X, xL, mask, phi, lphi, h, z, losses, m, g = _np_pass(prep, W_ov, W_kq)
+    att, h, z, losses, m, g = _np_pass(prep, W_ov, W_kq)
+    X, xL, mask, phi = att.X, att.xL, att.mask, att.phi
     w = prep.weights
     loss = float(w @ losses)
     d = prep.d
@@ -251,23 +289,8 @@ def _np_run(prep: Prepared, W_ov, W_kq, mode: int):
         gs = phi * (a - (phi * a).sum(axis=1, keepdims=True))          # φ ⊙ (a - (φ·a) 1)
         G_kq = np.einsum("nld,nl,ne->de", X, w[:, None] * gs, xL)     # Σ w X g_s x_L^T
     elif mode == kernels.MODE_KQ_STABLE:
-        a = np.einsum("nld,nd->nl", X, g @ prep.E.T @ W_ov)            # ã (log-scaled a)
-        # σ = max over pairs with a_l ≠ a_k of log φ_l + log φ_k. One member of the best pair can be taken
-        # at the arg-max l1 of log φ (any valid pair (l, k) has a member k with a_k ≠ a_{l1}, and
-        # log φ_l ≤ log φ_{l1}), so σ = log φ_{l1} + max{log φ_k : a_k ≠ a_{l1}}: linear, not pairwise.
-        rows = np.arange(len(a))
-        lp = np.where(mask, lphi, -np.inf)
-        l1 = lp.argmax(axis=1)
-        other = np.where(mask & (a != a[rows, l1][:, None]), lp, -np.inf).max(axis=1)
-        sigma = lp[rows, l1] + other
-        has = sigma > -np.inf
-        shift = lp - np.where(has, sigma, 0.0)[:, None]
-        gs = np.zeros_like(a)
-        for k in range(a.shape[1]):                                    # Σ_k e^{log φ_l + log φ_k − σ}(a_l − a_k)
-            D = a - a[:, k:k + 1]                                      # memory O(N Lmax), not O(N Lmax²)
-            valid = mask & mask[:, k:k + 1] & (D != 0)
-            gs += np.where(valid, np.exp(np.where(valid, shift + lp[:, k:k + 1], -np.inf)) * D, 0.0)
-        lam = np.where(has, np.where(has, sigma, 0.0) + m, -np.inf) + _np_log_weights(prep)
+        gs, sigma = _np_kq_stable(att, np.einsum("nld,nd->nl", X, g @ prep.E.T @ W_ov))   # from ã
+        lam = np.where(sigma > -np.inf, sigma + m, -np.inf) + _np_log_weights(prep)
         log_scale = lam.max()
         if log_scale > -np.inf:
             c = np.exp(lam - log_scale)
@@ -403,7 +426,8 @@ def ideal_ff_loss(ds: Dataset, W_kq, lam, *, backend: str = "numba") -> float:
     W_kq = _weight("W_kq", W_kq, prep.d)
     B = _ideal_ff_tokens(succ, lam)
     if backend == "numpy":
-        X, xL, mask, phi, lphi = _np_attention(prep, W_kq)
+        att = _np_attention(prep, W_kq)
+        mask, phi = att.mask, att.phi
         K = prep.K
         succ_tok = np.where(mask, succ[np.where(mask, prep.tokens, 0)], -1)   # n(τ_l), -1 = none
         psi = np.einsum("nl,nlv->nv", phi, succ_tok[:, :, None] == np.arange(K))
