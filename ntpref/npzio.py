@@ -7,7 +7,8 @@ memory budget (:func:`memory_budget`, 4 GiB unless ``NTPREF_MAX_NPZ_BYTES`` says
 member's ``.npy`` header is read and checked (ntpref.npyheader) and the member must hold exactly
 that header and the data it describes, no byte less or more; its CRC is verified as it is read. A member
 matching its own header is legitimate whatever its compression ratio (zeros compress 1000x); only memory
-counts, against the budget.
+counts, against the budget. A single ``.npy`` file (:func:`load_npy`) gets the same checks: a regular file
+within the budget, holding exactly a checked header and the data it describes.
 
 Writing (:func:`atomic_write`): a temporary ``.NAME.XXXXXXXX.tmp`` next to the target, flushed, fsynced and
 renamed over it, so an interrupted write leaves the old file or the new one, never half of one.
@@ -155,26 +156,33 @@ def _check_directory(path: Path, zf: zipfile.ZipFile) -> dict[str, zipfile.ZipIn
     return members
 
 
-def _read_member(zf: zipfile.ZipFile, info: zipfile.ZipInfo) -> np.ndarray:
-    """The array of one member: header checked against the member's size, data read into place. Reading the
-    member's last byte makes zipfile verify its CRC (a mismatch raises BadZipFile)."""
-    with zf.open(info) as stream:
-        header = read_header(stream)
-        need = header.size + header.nbytes
-        if info.file_size < need:
-            raise InputError(f"truncated: its header describes {header.describe()}, {header.nbytes} bytes of "
-                             f"data, but only {info.file_size - header.size} follow")
-        if info.file_size > need:
-            raise InputError(f"{info.file_size - need} unexpected bytes after its data ({header.describe()})")
-        raw = np.empty(header.nbytes, dtype=np.uint8)
-        view, pos = memoryview(raw), 0
-        while pos < header.nbytes:
-            chunk = stream.read(min(_CHUNK, header.nbytes - pos))
-            if not chunk:
-                raise InputError(f"truncated: {pos} of its {header.nbytes} bytes of data are present")
-            view[pos: pos + len(chunk)] = chunk
-            pos += len(chunk)
+def _read_array(stream, size: int) -> np.ndarray:
+    """The array of a ``.npy`` stream of ``size`` bytes: header checked against the size, data read into
+    place. InputError (a message completing "array 'NAME': ...") when the header is malformed or the
+    stream holds a byte less or more than the header describes."""
+    header = read_header(stream)
+    need = header.size + header.nbytes
+    if size < need:
+        raise InputError(f"truncated: its header describes {header.describe()}, {header.nbytes} bytes of "
+                         f"data, but only {size - header.size} follow")
+    if size > need:
+        raise InputError(f"{size - need} unexpected bytes after its data ({header.describe()})")
+    raw = np.empty(header.nbytes, dtype=np.uint8)
+    view, pos = memoryview(raw), 0
+    while pos < header.nbytes:
+        chunk = stream.read(min(_CHUNK, header.nbytes - pos))
+        if not chunk:
+            raise InputError(f"truncated: {pos} of its {header.nbytes} bytes of data are present")
+        view[pos: pos + len(chunk)] = chunk
+        pos += len(chunk)
     return raw.view(header.dtype).reshape(header.shape, order="F" if header.fortran_order else "C")
+
+
+def _read_member(zf: zipfile.ZipFile, info: zipfile.ZipInfo) -> np.ndarray:
+    """The array of one member (:func:`_read_array`). Reading the member's last byte makes zipfile verify its
+    CRC (a mismatch raises BadZipFile)."""
+    with zf.open(info) as stream:
+        return _read_array(stream, info.file_size)
 
 
 def load_npz(path: str | os.PathLike) -> dict[str, np.ndarray]:
@@ -205,6 +213,29 @@ def load_npz(path: str | os.PathLike) -> dict[str, np.ndarray]:
                 except Exception as exc:  # noqa: BLE001 - unknown compression method, encrypted, ...
                     raise InputError(f"{_where(path, name, info)}: unreadable ({type(exc).__name__}: {exc})") from None
     return out
+
+
+def load_npy(path: str | os.PathLike) -> np.ndarray:
+    """The array of one ``.npy`` file, read eagerly and never unpickled (for directories of arrays, one file
+    per array, such as ``ntpref conformance --command`` with ``{output_dir}``).
+
+    Raises InputError naming the file: the path is not a regular file, is larger than the memory budget
+    (:func:`memory_budget`), or is not a well-formed ``.npy`` array of exactly its header's size (an object
+    array, a malformed or lying header, missing or extra bytes).
+    """
+    _check_name(path, "input")
+    path = Path(path)
+    with os.fdopen(open_regular(path, "a .npy file"), "rb") as fh:
+        size, budget = os.fstat(fh.fileno()).st_size, memory_budget()
+        if size > budget:
+            raise InputError(f"{path}: {size} bytes, more than the memory budget of {budget} bytes (set "
+                             f"{BUDGET_VARIABLE}, e.g. to 16G, to allow more)")
+        try:
+            return _read_array(fh, size)
+        except InputError as exc:
+            raise InputError(f"{path}: {exc}") from None
+        except OSError as exc:
+            raise InputError(f"{path}: unreadable ({exc.strerror or exc})") from None
 
 
 # --- writing -------------------------------------------------------------------------------------------

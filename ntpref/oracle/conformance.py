@@ -30,6 +30,11 @@ arrays are compared with the oracle's outputs under the float64 policy (docs/tol
   the forward pass before the gradients), for a per-step log with the first step where the adapter leaves
   tolerance.
 
+An implementation in another language is a :class:`CommandAdapter` (``--command 'CMD {input} {output}'``):
+a command run once per case on a temporary input file, whose output file is judged as above. Its
+non-zero exit status, timeout or unreadable output fails that case only (:class:`CaseError`); exit status
+:data:`NOT_IMPLEMENTED` skips it.
+
 Python API (e.g. in a pytest suite)::
 
     from ntpref.oracle.conformance import cases, check
@@ -42,13 +47,19 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import os
+import shlex
+import shutil
 import signal
+import string
+import subprocess
 import sys
+import tempfile
 import time
 import traceback
 from collections.abc import Callable, Iterable, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import NamedTuple
 
@@ -58,10 +69,13 @@ from .. import interrupt
 from ..checks import integer_at_least
 from ..errors import InputError, NtprefError
 from ..models import NAMES, SPECS
-from .cases import DEFAULT_RANDOM, PRECISIONS, TRAJECTORIES, Case, cases
+from ..shipped import ADAPTERS, adapter_path
+from ..npzio import BUDGET_VARIABLE, MAX_MEMBERS, load_npy, load_npz, memory_budget, save_npz
+from .cases import DEFAULT_RANDOM, KINDS, PRECISIONS, TRAJECTORIES, Case, cases
 from .compare import Row, compare_arrays, compare_one
 
-__all__ = ["Adapter", "AdapterError", "CaseReport", "OPTIONAL", "RunReport", "cases", "check", "load_adapter", "run"]
+__all__ = ["Adapter", "AdapterError", "CaseError", "CaseReport", "CommandAdapter", "NOT_IMPLEMENTED", "OPTIONAL",
+           "RunReport", "cases", "check", "load_adapter", "run"]
 
 LABELS = ("oracle", "adapter")
 #: The adapter function of each kind of case.
@@ -119,9 +133,13 @@ def load_adapter(adapter) -> Adapter:
     module, any other file like a script), a module or object with ``evaluate`` / ``train`` attributes,
     or a dict of them.
 
+    A :class:`CommandAdapter` is the Adapter named by its command line.
+
     InputError when the file is missing or defines neither function; AdapterError when loading it raises."""
     if isinstance(adapter, Adapter):
         return adapter
+    if isinstance(adapter, CommandAdapter):
+        return Adapter(adapter.command, adapter.evaluate, adapter.train)
     if isinstance(adapter, (str, os.PathLike)):
         name, found = str(adapter), _load_file(Path(adapter)).__dict__
     elif isinstance(adapter, Mapping):
@@ -176,23 +194,219 @@ def _load_file(path: Path):
     return module
 
 
+# --- an implementation in any language: a command run once per case ---------------------------------
+#: Exit status by which a command declines a case, as NotImplementedError does in Python: the case is skipped.
+NOT_IMPLEMENTED = 3
+#: Seconds a command may take on one case unless told otherwise (``--timeout``).
+DEFAULT_TIMEOUT = 600.0
+#: Lines of the command's stderr quoted in the report of a case it failed, and the most characters of each.
+STDERR_LINES, STDERR_WIDTH = 12, 300
+#: What a command line may name: the case's input (an npz file, a directory of NAME.npy files), where its
+#: outputs go (the same two forms), its kind ("eval" | "train") and its model.
+PLACEHOLDERS = ("input", "input_dir", "output", "output_dir", "kind", "model")
+
+
+class CaseError(NtprefError):
+    """An implementation failed one case in a way that leaves the other cases to run (a command's non-zero
+    exit status, its timeout, an output it did not write or wrote unreadable): that case fails with this
+    message, where a Python adapter's exception would stop the run."""
+
+
+class CommandAdapter:
+    """An implementation in any language, run as ``command`` once per case (docs/conformance.md, "Any
+    language: --command").
+
+    The command line is split like a shell's words (:func:`shlex.split`) but run without a shell, after its
+    placeholders are replaced in each word (Python format syntax, ``{{`` and ``}}`` for literal braces):
+    ``{input}`` an uncompressed npz file holding the case's ``ntpref eval`` / ``ntpref train`` input (with
+    the 0-d string ``model``), ``{input_dir}`` a directory holding the same arrays as one ``NAME.npy``
+    file each (C order), ``{output}`` the npz file or ``{output_dir}`` the empty directory the command writes
+    its outputs into (exactly one of the two), ``{kind}`` and ``{model}``. Its stdin is empty, its stdout
+    discarded and the last lines of its stderr quoted in the report of a case it fails; it runs in a session
+    of its own, so that it and whatever it started are killed after ``timeout`` seconds, when it ends, and
+    when ntpref is interrupted.
+
+    Exit status 0 and the outputs are judged as a Python adapter's dict; :data:`NOT_IMPLEMENTED` skips the
+    case (the reason: the last line of stderr); any other status, a signal, the timeout, a missing or
+    unreadable output fail that case (:class:`CaseError`). InputError for a command line that does not
+    split, names an unknown placeholder, no input, not exactly one output, or a program that is not found.
+    """
+
+    def __init__(self, command: str, timeout: float = DEFAULT_TIMEOUT):
+        self.command = command
+        self.words, self.used = _command_words(command)
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not (0 < timeout < math.inf):
+            raise InputError(f"timeout must be a positive number of seconds, got {timeout!r}")
+        self.timeout = float(timeout)
+
+    def __repr__(self) -> str:
+        return f"CommandAdapter({self.command!r}, timeout={self.timeout:g})"
+
+    def evaluate(self, model: str, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """The command's ``ntpref eval`` outputs for one case."""
+        return self._case("eval", model, inputs)
+
+    def train(self, model: str, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """The command's ``ntpref train`` outputs for one case."""
+        return self._case("train", model, inputs)
+
+    def _case(self, kind: str, model: str, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Write the input the command line names, run it, read its outputs."""
+        with tempfile.TemporaryDirectory(prefix="ntpref-conformance-") as folder:
+            paths = {name: Path(folder, file) for name, file in (("input", "input.npz"), ("input_dir", "input"),
+                                                                 ("output", "output.npz"), ("output_dir", "output"))}
+            arrays = {"model": np.array(model), **inputs}
+            if "input" in self.used:
+                save_npz(paths["input"], arrays)
+            if "input_dir" in self.used:
+                paths["input_dir"].mkdir()
+                for name, value in arrays.items():
+                    np.save(paths["input_dir"] / f"{name}.npy", np.asarray(value, order="C"), allow_pickle=False)
+            if "output_dir" in self.used:
+                paths["output_dir"].mkdir()
+            values = {"kind": kind, "model": model, **{name: str(path) for name, path in paths.items()}}
+            status, tail = self._execute([word.format(**values) for word in self.words], Path(folder, "stderr"))
+            if status == NOT_IMPLEMENTED:
+                raise NotImplementedError(tail[-1] if tail else f"the command exited with status {status} "
+                                                                "(not implemented)")
+            if status != 0:
+                raise CaseError(_quoting(_exit_text(status), tail))
+            where = "output" if "output" in self.used else "output_dir"
+            try:
+                return load_npz(paths[where]) if where == "output" else _npy_directory(paths[where])
+            except InputError as exc:   # named by its placeholder: the temporary path means nothing afterwards
+                text = str(exc).replace(str(paths[where]), f"{{{where}}}")
+                raise CaseError(_quoting(f"the command exited with status 0, but {text}", tail)) from None
+
+    def _execute(self, argv: list[str], log: Path) -> tuple[int, list[str]]:
+        """Run ``argv`` with its stderr into ``log``: (exit status, or −N for signal N; the last lines of its
+        stderr). CaseError when it cannot start or outlasts the timeout."""
+        with open(log, "wb") as stderr:
+            try:
+                process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr,
+                                           start_new_session=True)
+            except OSError as exc:
+                raise CaseError(f"cannot run {argv[0]!r}: {exc.strerror or exc}") from None
+            try:
+                status = process.wait(self.timeout)
+            except subprocess.TimeoutExpired:
+                status = None
+            finally:   # its whole session: nothing it started outlives the case (or an interrupted ntpref)
+                with suppress(ProcessLookupError, PermissionError):
+                    os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+        tail = _stderr_tail(log)
+        if status is None:
+            raise CaseError(_quoting(f"the command timed out after {self.timeout:g} s and was killed", tail))
+        return status, tail
+
+
+def _command_words(command: str) -> tuple[list[str], frozenset[str]]:
+    """The words of a command line and the placeholders it names, checked (see :class:`CommandAdapter`)."""
+    where = f"command {command!r}"
+    if not isinstance(command, str):
+        raise InputError(f"{where}: not a string")
+    try:
+        words = shlex.split(command)
+    except ValueError as exc:
+        raise InputError(f"{where}: {exc}") from None
+    if not words:
+        raise InputError(f"{where}: no program to run")
+    used = set()
+    for word in words:
+        try:
+            fields = [(name, spec, conversion) for _, name, spec, conversion in string.Formatter().parse(word)
+                      if name is not None]
+        except ValueError as exc:
+            raise InputError(f"{where}: {word!r}: {exc} (write {{{{ and }}}} for a literal brace)") from None
+        for name, spec, conversion in fields:
+            if name not in PLACEHOLDERS or spec or conversion:
+                text = "{" + name + (f"!{conversion}" if conversion else "") + (f":{spec}" if spec else "") + "}"
+                raise InputError(f"{where}: unknown placeholder {text} (the placeholders are "
+                                 f"{', '.join('{' + p + '}' for p in PLACEHOLDERS)}; {{{{ and }}}} are literal braces)")
+            used.add(name)
+    if not used & {"input", "input_dir"}:
+        raise InputError(f"{where}: names neither {{input}} nor {{input_dir}}, so the command cannot read the case")
+    if len(used & {"output", "output_dir"}) != 1:
+        raise InputError(f"{where}: name exactly one of {{output}} (an npz file) and {{output_dir}} (a directory "
+                         "of NAME.npy files) for the outputs")
+    program_named = not any(name for _, name, _, _ in string.Formatter().parse(words[0]))   # not a placeholder
+    if program_named and shutil.which(words[0].format()) is None:
+        raise InputError(f"{where}: no program {words[0].format()!r} (not on PATH, or not an executable file)")
+    return words, frozenset(used)
+
+
+def _npy_directory(folder: Path) -> dict[str, np.ndarray]:
+    """The arrays of a directory of ``NAME.npy`` files, each read by :func:`ntpref.npzio.load_npy`. InputError
+    naming the directory for an empty one, an entry not named ``NAME.npy``, more than MAX_MEMBERS entries or
+    more bytes than the memory budget, and the file for one that is not a regular, well-formed ``.npy`` file."""
+    try:
+        entries = sorted(os.listdir(folder))
+    except OSError as exc:
+        raise InputError(f"{folder}: cannot list it ({exc.strerror or exc})") from None
+    if not entries:
+        raise InputError(f"{folder} is empty")
+    if len(entries) > MAX_MEMBERS:
+        raise InputError(f"{folder}: {len(entries)} files, more than the {MAX_MEMBERS} arrays an output may hold")
+    stray = [e for e in entries if not e.endswith(".npy") or e == ".npy"]
+    if stray:
+        raise InputError(f"{folder}: '{stray[0]}' is not named NAME.npy (one .npy file per output array)")
+    total, budget = 0, memory_budget()
+    for entry in entries:
+        with suppress(OSError):      # a dangling link and the like: load_npy names the fault below
+            total += os.stat(folder / entry).st_size
+    if total > budget:
+        raise InputError(f"{folder}: its files take {total} bytes, more than the memory budget of {budget} bytes "
+                         f"(set {BUDGET_VARIABLE}, e.g. to 16G, to allow more)")
+    return {entry[:-len(".npy")]: load_npy(folder / entry) for entry in entries}
+
+
+def _stderr_tail(log: Path) -> list[str]:
+    """The last :data:`STDERR_LINES` non-blank lines of a command's stderr, each cut to STDERR_WIDTH characters."""
+    with open(log, "rb") as fh:
+        fh.seek(max(0, os.fstat(fh.fileno()).st_size - STDERR_LINES * STDERR_WIDTH * 4))
+        lines = fh.read().decode("utf-8", errors="replace").splitlines()
+    lines = [line.rstrip() for line in lines if line.strip()][-STDERR_LINES:]
+    return [line if len(line) <= STDERR_WIDTH else line[:STDERR_WIDTH] + "..." for line in lines]
+
+
+def _exit_text(status: int) -> str:
+    """"the command exited with status 1" or "the command was killed by SIGSEGV" (``status`` −11)."""
+    if status >= 0:
+        return f"the command exited with status {status}"
+    try:
+        name = signal.Signals(-status).name
+    except ValueError:
+        name = f"signal {-status}"
+    return f"the command was killed by {name}"
+
+
+def _quoting(message: str, tail: list[str]) -> str:
+    """``message``, then the last lines of the command's stderr, one indented line each."""
+    if not tail:
+        return f"{message} (nothing on stderr)"
+    return f"{message}; its stderr ends:" + "".join(f"\n      | {line}" for line in tail)
+
+
 # --- one case -----------------------------------------------------------------------------------------
 class CaseReport:
     """The outcome of one case: ``rows`` (one compared array each, :class:`ntpref.oracle.compare.Row`),
     ``unknown`` (returned names the oracle does not output), ``not_returned``, ``skipped`` (the reason,
     or None), ``departure`` ((array, step) of the failing quantity computed first, step None unless it is a
-    per-step log; None when nothing failed).
+    per-step log; None when nothing failed),
+    ``error`` (why the implementation produced no outputs for the case, a :class:`CaseError`, or None).
     ``ok`` is True when the case passed or was skipped; ``str(report)`` is its table and summary."""
 
     def __init__(self, case: Case, precision: str, rows=(), unknown=(), not_returned=(), skipped=None,
-                 departure=None, seconds=0.0):
+                 departure=None, seconds=0.0, error=None):
         self.case, self.precision = case, precision
         self.rows, self.unknown, self.not_returned = list(rows), list(unknown), list(not_returned)
-        self.skipped, self.departure, self.seconds = skipped, departure, seconds
+        self.skipped, self.departure, self.seconds, self.error = skipped, departure, seconds, error
 
     @property
     def ok(self) -> bool:
-        return self.skipped is not None or (bool(self.rows) and not self.unknown and all(r.ok for r in self.rows))
+        return self.skipped is not None or (self.error is None and bool(self.rows) and not self.unknown
+                                            and all(r.ok for r in self.rows))
 
     @property
     def status(self) -> str:
@@ -219,10 +433,13 @@ class CaseReport:
         return out
 
     def summary(self) -> str:
-        """One line: verdict, case id and what happened."""
+        """One line: verdict, case id and what happened (for a command's failure, then the last lines of its
+        stderr)."""
         head = f"{self.status:4s}  {self.case.id}"
         if self.skipped is not None:
             return f"{head}: skipped: {self.skipped}"
+        if self.error is not None:
+            return f"{head}: {self.error}"
         n_ok = sum(r.ok for r in self.rows)
         text = f"{head}: {n_ok}/{len(self.rows)} arrays within tolerance"
         failing = [r.name for r in self.rows if not r.ok] + self.unknown
@@ -253,6 +470,7 @@ class CaseReport:
                  _ratio_name(self.precision): _number(self.ratio(r)), "ok": r.ok, "note": r.note} for r in self.rows]
         return {"case": self.case.id, "model": self.case.model, "kind": self.case.kind, "source": self.case.source,
                 "description": self.case.description, "status": self.status, "skipped": self.skipped,
+                "error": self.error,
                 "rows": rows, "unknown": self.unknown, "not_returned": self.not_returned,
                 "departure": None if self.departure is None else {"array": self.departure[0], "step": self.departure[1]},
                 "seconds": round(self.seconds, 3)}
@@ -335,7 +553,7 @@ def check(adapter, case: Case, precision: str = "float64") -> CaseReport:
 
     Raises AdapterError when the adapter raises anything but a signal's interruption (its exception is
     the ``__cause__``) or returns something other than a dict of arrays; NotImplementedError gives a
-    skipped report."""
+    skipped report, :class:`CaseError` (a command's failure on this case) a failed one."""
     if precision not in PRECISIONS:
         raise InputError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
     adapter = load_adapter(adapter)
@@ -351,6 +569,8 @@ def check(adapter, case: Case, precision: str = "float64") -> CaseReport:
         except NotImplementedError as exc:
             return CaseReport(case, precision, skipped=str(exc) or "NotImplementedError",
                               seconds=time.perf_counter() - start)
+        except CaseError as exc:
+            return CaseReport(case, precision, error=str(exc), seconds=time.perf_counter() - start)
     actual = _outputs(returned, adapter, case, precision)
     names = [n for n in expected if n in actual]
     report = compare_arrays(expected, actual, tols, names=names, labels=LABELS)
@@ -409,13 +629,17 @@ def _check_skips(skip_outputs: Iterable[str], selected: list[Case]) -> None:
 
 def run(adapter, models=None, random: int = DEFAULT_RANDOM, seed: int = 0, precision: str = "float64",
         stored: bool = True, root=None, progress: Callable[[CaseReport], None] | None = None,
-        skip_outputs: Iterable[str] = ()) -> RunReport:
-    """:func:`check` on every case of ``models`` whose kind the adapter defines: the stored cases (of
-    ``root``; none when ``stored`` is False) and ``random`` random cases per model from ``seed``.
-    ``progress`` sees each report as it is made. ``skip_outputs`` names required outputs the run passes
-    without (InputError for a name no case outputs)."""
+        skip_outputs: Iterable[str] = (), kind: str | None = None) -> RunReport:
+    """:func:`check` on every case of ``models`` whose kind the adapter defines (and is ``kind``, "eval" or
+    "train", when given): the stored cases (of ``root``; none when ``stored`` is False) and ``random``
+    random cases per model from ``seed``. ``adapter`` is anything :func:`load_adapter` takes, a
+    :class:`CommandAdapter` included. ``progress`` sees each report as it is made. ``skip_outputs`` names
+    required outputs the run passes without (InputError for a name no case outputs)."""
+    if kind is not None and kind not in KINDS:
+        raise InputError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
     adapter = load_adapter(adapter)
-    selected = [case for case in cases(models, random, seed, stored, root) if adapter.function(case.kind)]
+    selected = [case for case in cases(models, random, seed, stored, root)
+                if adapter.function(case.kind) and kind in (None, case.kind)]
     skip_outputs = list(skip_outputs)
     if skip_outputs:
         _check_skips(skip_outputs, selected)
@@ -440,16 +664,26 @@ def _adapter_traceback(exc: BaseException) -> str:
 def _handle(args) -> int:
     from ..npzio import atomic_write, check_output
 
+    given = [x is not None for x in (args.adapter, args.command_line, args.shipped)]
+    if sum(given) != 1:
+        raise InputError("give one of an adapter file (ADAPTER.py), --adapter NAME (a shipped adapter: ntpref "
+                         "adapters lists them) or --command 'CMD ...', " + ("not more" if any(given) else "none was given"))
+    if args.shipped is not None:
+        args.adapter = adapter_path(args.shipped)
+    if args.timeout is not None and args.command_line is None:
+        raise InputError("--timeout applies to --command only")
     if args.json:
         check_output(args.json)      # before the run, not after it
     try:
-        adapter = load_adapter(args.adapter)
-        defined = [FUNCTIONS[k] for k in FUNCTIONS if adapter.function(k)]
+        adapter = load_adapter(args.adapter if args.command_line is None else CommandAdapter(
+            args.command_line, DEFAULT_TIMEOUT if args.timeout is None else args.timeout))
+        defined = [FUNCTIONS[k] for k in FUNCTIONS if adapter.function(k) and args.kind in (None, k)]
         policy = "float64 policy (docs/tolerance.md)" if args.precision == "float64" else \
             "float32 envelope (docs/conformance.md)"
-        print(f"conformance of {args.adapter} ({', '.join(defined)}) under the {policy}; random cases from seed {args.seed}")
+        print(f"conformance of {adapter.name} ({', '.join(defined)}) under the {policy}; random cases from seed {args.seed}")
         reports = run(adapter, args.model, args.random, args.seed, args.precision, not args.no_stored, args.root,
-                      progress=lambda r: print(r.summary(), flush=True), skip_outputs=args.skip_output)
+                      progress=lambda r: print(r.summary(), flush=True), skip_outputs=args.skip_output,
+                      kind=args.kind)
     except AdapterError as exc:
         if exc.__cause__ is not None:
             print(_adapter_traceback(exc.__cause__), end="", file=sys.stderr)
@@ -462,7 +696,7 @@ def _handle(args) -> int:
         print("(float32 results cannot meet the float64 policy: judge them with --precision float32)")
     print(line)
     if args.json:
-        document = {"adapter": str(args.adapter), "precision": args.precision, "seed": args.seed,
+        document = {"adapter": adapter.name, "precision": args.precision, "seed": args.seed,
                     "random": args.random, "models": list(args.model or NAMES), "total": line, "ok": ok,
                     "cases": [r.to_dict() for r in reports]}
         atomic_write(args.json, lambda fh: fh.write(json.dumps(document, indent=1).encode()))
@@ -470,16 +704,28 @@ def _handle(args) -> int:
 
 
 def register(subparsers) -> None:
-    """Add ``ntpref conformance ADAPTER.py [--model ...] [--random N] [--seed S] [--precision ...]
-    [--skip-output NAME ...] [--json F] [-v]``."""
-    text = "check an implementation (an adapter file defining evaluate and/or train) against the oracle"
+    """Add ``ntpref conformance (ADAPTER.py | --command CMD [--timeout S]) [--model ...] [--kind K] [--random N]
+    [--seed S] [--precision ...] [--skip-output NAME ...] [--json F] [-v]``."""
+    text = ("check an implementation (an adapter file defining evaluate and/or train, or a command in any "
+            "language) against the oracle")
     p = subparsers.add_parser("conformance", help=text, description=text + " on every stored eval/train case and "
                               "fresh random cases covering the options and edge regimes (docs/conformance.md). "
                               "Exit 0 all pass, 1 a case failed or a required output was never compared, "
                               "2 adapter or usage error.")
-    p.add_argument("adapter", metavar="ADAPTER.py",
+    p.add_argument("adapter", metavar="ADAPTER.py", nargs="?",
                    help="defines evaluate(model, inputs) and/or train(model, inputs) returning dicts of arrays")
+    p.add_argument("--adapter", metavar="NAME", dest="shipped", choices=ADAPTERS,
+                   help="instead of ADAPTER.py: an adapter shipped with ntpref (" + ", ".join(ADAPTERS) + "; its "
+                        "framework must be installed)")
+    p.add_argument("--command", metavar="CMD", dest="command_line",   # args.command is the sub-command
+                   help="instead of ADAPTER.py: a command run once per case (no shell), with {input} or "
+                        "{input_dir} (the case's input: an npz file, a directory of NAME.npy files), {output} or "
+                        "{output_dir} (where it writes its outputs, in the same forms), {kind} and {model} "
+                        f"replaced; exit status {NOT_IMPLEMENTED} skips the case")
+    p.add_argument("--timeout", type=float, metavar="SECONDS",
+                   help=f"with --command: seconds per case before the command is killed (default {DEFAULT_TIMEOUT:g})")
     p.add_argument("--model", nargs="+", choices=NAMES, help="only these models (default all)")
+    p.add_argument("--kind", choices=KINDS, help="only the cases of this kind (default both)")
     p.add_argument("--random", type=integer_at_least(0), default=DEFAULT_RANDOM, metavar="N",
                    help=f"random cases per model (default {DEFAULT_RANDOM}: every regime of every model)")
     p.add_argument("--seed", type=integer_at_least(0), default=0, metavar="S",

@@ -1,0 +1,187 @@
+"""``ntpref conformance --command``: an implementation in any language, run as a command once per case
+(ntpref.oracle.conformance.CommandAdapter, docs/conformance.md "Any language: --command").
+
+A small Python script stands for the foreign implementation: it wraps the oracle (and passes), breaks one
+gradient (and fails, naming the case and the array), or fails in each way a command can (exit status 1,
+killed by a signal, past its timeout, no output, garbage output), each of which must be that case's error
+with the end of the command's stderr in the report, never a crash of ntpref nor a pass. The C example
+examples/c/twostage_eval.c is compiled and must pass every two-stage eval case in float64.
+"""
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ntpref.cli import main
+from ntpref.oracle.cases import stored_cases
+from ntpref.oracle.conformance import NOT_IMPLEMENTED, CommandAdapter, check, run
+
+EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "c" / "twostage_eval.c"
+
+SCRIPT = '''
+import os, signal, sys, time
+from pathlib import Path
+mode, kind, model, form, source, target = sys.argv[1:]
+print(f"{mode}: {kind} of {model}, files {form}", file=sys.stderr)
+if mode == "exit1":
+    sys.exit("it broke")
+if mode == "killed":
+    os.kill(os.getpid(), signal.SIGKILL)
+if mode == "sleeps":
+    time.sleep(60)
+if mode == "declines":
+    print("nothing but the shallow model here", file=sys.stderr)
+    sys.exit(%d)
+if mode == "garbage":
+    Path(target if form == "npz" else target + "/loss.npy").write_bytes(b"not an array")
+if mode == "stray":
+    Path(target, "notes.txt").write_text("hello")
+if mode == "folder":
+    Path(target, "loss.npy").mkdir()
+if mode not in ("oracle", "broken"):
+    sys.exit(0)
+import numpy as np
+from ntpref.npzio import load_npy, load_npz, save_npz
+from ntpref.oracle import contract
+inputs = load_npz(source) if form == "npz" else {p.stem: load_npy(p) for p in Path(source).iterdir()}
+out = (contract.evaluate if kind == "eval" else contract.train)(inputs)
+if mode == "broken":
+    out["grad_W_kq"] = out["grad_W_kq"] * (1 + 1e-3)
+if form == "npz":
+    save_npz(target, out)
+else:
+    for name, value in out.items():
+        np.save(Path(target, name + ".npy"), value)
+''' % NOT_IMPLEMENTED
+
+
+@pytest.fixture(scope="module")
+def script(tmp_path_factory):
+    path = tmp_path_factory.mktemp("command") / "implementation.py"
+    path.write_text(SCRIPT)
+    return path
+
+
+def command(script, mode, form="npz"):
+    """The command line running ``script`` in ``mode``, on the npz files or on the directories of .npy files."""
+    files = "{input} {output}" if form == "npz" else "{input_dir} {output_dir}"
+    return f"{shlex.quote(sys.executable)} {shlex.quote(str(script))} {mode} {{kind}} {{model}} {form} {files}"
+
+
+def conformance(capsys, *args):
+    """(exit status, stdout, stderr) of ``ntpref conformance ARGS`` run in-process."""
+    rc = main(["conformance", *map(str, args)])
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+ONE_EVAL = ("--model", "twostage", "--kind", "eval", "--no-stored", "--random")
+
+
+def test_the_wrapped_oracle_passes_eval_and_train_cases(capsys, script):
+    rc, out, err = conformance(capsys, "--command", command(script, "oracle"), "--model", "indrnn", "--no-stored",
+                               "--random", 3)
+    assert rc == 0, out + err
+    assert [line.split()[:2] for line in out.splitlines()[1:4]] == [
+        ["pass", "r0_indrnn_0_eval_paired:"], ["pass", "r0_indrnn_1_eval_T1_erf:"],
+        ["pass", "r0_indrnn_2_train_projgd:"]]
+    assert out.splitlines()[-1] == "3 cases: 3 passed, 0 failed, 0 skipped; 16 arrays compared: PASS"
+
+
+def test_directories_of_npy_files_from_python(script):
+    reports = run(CommandAdapter(command(script, "oracle", form="dir")), models=["twostage"], random=2, stored=False,
+                  kind="eval")
+    assert reports.ok, "\n".join(map(str, reports))
+    assert [r.case.id for r in reports] == ["r0_twostage_0_eval_general_E", "r0_twostage_1_eval_saturated"]
+
+
+def test_a_wrong_gradient_fails_with_the_case_and_array_named(capsys, script):
+    rc, out, err = conformance(capsys, "--command", command(script, "broken"), *ONE_EVAL, 1)
+    assert rc == 1, out + err
+    assert "FAIL  r0_twostage_0_eval_general_E: 6/7 arrays within tolerance; failing: grad_W_kq" in out.splitlines()
+    assert any(line.split()[:2] == ["r0_twostage_0_eval_general_E", "grad_W_kq"] and "FAIL" in line
+               for line in out.splitlines())
+    assert out.splitlines()[-1] == "1 cases: 0 passed, 1 failed, 0 skipped; 7 arrays compared: FAIL"
+
+
+FAULTS = {
+    ("exit1", "npz"): "the command exited with status 1",
+    ("killed", "npz"): "the command was killed by SIGKILL",
+    ("sleeps", "npz"): "the command timed out after 1 s and was killed",
+    ("silent", "npz"): "the command exited with status 0, but {output}: no such file",
+    ("garbage", "npz"): "the command exited with status 0, but {output}: not an npz file (File is not a zip file)",
+    ("silent", "dir"): "the command exited with status 0, but {output_dir} is empty",
+    ("garbage", "dir"): "the command exited with status 0, but {output_dir}/loss.npy: not a .npy array (it does not "
+                        "start with the .npy magic string)",
+    ("stray", "dir"): "the command exited with status 0, but {output_dir}: 'notes.txt' is not named NAME.npy (one "
+                      ".npy file per output array)",
+    ("folder", "dir"): "the command exited with status 0, but {output_dir}/loss.npy: is a directory, not a .npy file",
+}
+
+
+@pytest.mark.parametrize("mode, form", FAULTS, ids=lambda x: x)
+def test_a_failing_command_fails_its_case_with_its_stderr(capsys, script, mode, form):
+    """Every case runs (two here) and fails with the fault and the end of the command's stderr."""
+    rc, out, err = conformance(capsys, "--command", command(script, mode, form), "--timeout", 1, *ONE_EVAL, 2)
+    assert (rc, err) == (1, "")
+    lines = out.splitlines()
+    for case in ("r0_twostage_0_eval_general_E", "r0_twostage_1_eval_saturated"):
+        at = lines.index(f"FAIL  {case}: {FAULTS[mode, form]}; its stderr ends:")
+        assert lines[at + 1] == f"      | {mode}: eval of twostage, files {form}"
+    assert lines[-1] == "2 cases: 0 passed, 2 failed, 0 skipped; 0 arrays compared: FAIL"
+
+
+def test_the_not_implemented_status_skips_the_case(capsys, script):
+    rc, out, err = conformance(capsys, "--command", command(script, "declines"), *ONE_EVAL, 1)
+    assert rc == 1, out + err          # nothing was compared: not a pass
+    assert "skip  r0_twostage_0_eval_general_E: skipped: nothing but the shallow model here" in out.splitlines()
+    assert out.splitlines()[-1] == ("1 cases: 0 passed, 0 failed, 1 skipped; 0 arrays compared: "
+                                    "FAIL (nothing was compared)")
+
+
+def test_usage_errors_exit_2(capsys, script, tmp_path):
+    good = command(script, "oracle")
+    for args, line in (
+            ([script, "--command", good], "give either an adapter file (ADAPTER.py) or --command 'CMD ...', not both"),
+            ([], "give either an adapter file (ADAPTER.py) or --command 'CMD ...', none was given"),
+            ([script, "--timeout", 5], "--timeout applies to --command only"),
+            (["--command", good, "--timeout", 0], "timeout must be a positive number of seconds, got 0.0"),
+            (["--command", "cat {inptu} {output}"], "command 'cat {inptu} {output}': unknown placeholder {inptu} (the "
+             "placeholders are {input}, {input_dir}, {output}, {output_dir}, {kind}, {model}; {{ and }} are "
+             "literal braces)"),
+            (["--command", "cat {input}"], "command 'cat {input}': name exactly one of {output} (an npz file) and "
+             "{output_dir} (a directory of NAME.npy files) for the outputs"),
+            (["--command", "cat {output}"], "command 'cat {output}': names neither {input} nor {input_dir}, so the "
+             "command cannot read the case"),
+            (["--command", f"{tmp_path}/missing {{input}} {{output}}"], f"command '{tmp_path}/missing {{input}} "
+             f"{{output}}': no program '{tmp_path}/missing' (not on PATH, or not an executable file)")):
+        rc, out, err = conformance(capsys, *args)
+        assert (rc, err) == (2, f"ntpref: error: {line}\n"), (args, out)
+
+
+@pytest.fixture(scope="module")
+def c_example(tmp_path_factory):
+    """examples/c/twostage_eval.c built with the system C compiler."""
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    if compiler is None:
+        pytest.skip("no C compiler (cc or gcc) on PATH")
+    exe = tmp_path_factory.mktemp("c") / "twostage_eval"
+    subprocess.run([compiler, "-O2", "-std=c99", "-Wall", "-Wextra", "-Werror", "-o", str(exe), str(EXAMPLE), "-lm"],
+                   check=True, capture_output=True)
+    return f"{shlex.quote(str(exe))} {{kind}} {{model}} {{input_dir}} {{output_dir}}"
+
+
+def test_the_c_example_passes_every_twostage_eval_case(capsys, c_example):
+    rc, out, err = conformance(capsys, "--command", c_example, "--model", "twostage", "--kind", "eval", "--random", 10)
+    assert rc == 0, out + err
+    assert out.splitlines()[-1] == "7 cases: 7 passed, 0 failed, 0 skipped; 47 arrays compared: PASS"
+
+
+def test_the_c_example_declines_training(c_example):
+    case = next(c for c in stored_cases(["twostage"]) if c.kind == "train")
+    report = check(CommandAdapter(c_example), case)
+    assert report.status == "skip"
+    assert report.skipped == "twostage_eval: only eval of model twostage is implemented, not train of twostage"
