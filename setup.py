@@ -1,5 +1,17 @@
 """Packaging for ntpref: closed-form CPU oracle for two shallow-transformer training papers."""
+import re
+
 from setuptools import find_packages, setup
+
+
+def long_description() -> str:
+    """README.md for a package index page, where the repository's relative links lead nowhere: a link to a
+    documentation page becomes its name and the command that finds the installed copy (`ntpref docs
+    PAGE`), any other relative link its text and path in the source distribution."""
+    text = open("README.md", encoding="utf-8").read()
+    text = re.sub(r"\[([^\]]+)\]\(docs/([A-Za-z0-9_]+)\.md(#[^)]*)?\)", r"\1 (`ntpref docs \2`)", text)
+    return re.sub(r"\[([^\]]+)\]\((?!https?:)([^)]+)\)", r"\1 (`\2` in the source distribution)", text)
+
 
 setup(
     name="ntpref",
@@ -8,13 +20,19 @@ setup(
         "Gold-standard CPU oracle (closed-form gradients, Numba kernels, float64) for two-stage "
         "normalized GD on a one-layer transformer and projected GD on a shallow multi-head transformer"
     ),
-    long_description=open("README.md", encoding="utf-8").read(),
+    long_description=long_description(),
     long_description_content_type="text/markdown",
     python_requires=">=3.10,<3.14",
-    # the stored reference cases ship inside the package, so `ntpref verify` works on any install
-    packages=find_packages(include=["ntpref", "ntpref.*"]) + ["ntpref.reference_runs"],
-    package_dir={"ntpref.reference_runs": "reference_runs"},
-    package_data={"ntpref.reference_runs": ["manifest.json", "README.md", "*/*.npz"]},
+    # the stored reference cases, the conformance adapters and the documentation ship inside the package
+    # (ntpref/reference_runs, ntpref/adapters, ntpref/docs; ntpref.shipped finds them), so `ntpref verify`,
+    # `ntpref conformance --adapter NAME` and `ntpref docs` work on any install
+    packages=find_packages(include=["ntpref", "ntpref.*"]) + ["ntpref.reference_runs", "ntpref.adapters",
+                                                             "ntpref.docs"],
+    package_dir={"ntpref.reference_runs": "reference_runs", "ntpref.adapters": "examples/adapters",
+                 "ntpref.docs": "docs"},
+    package_data={"ntpref.reference_runs": ["manifest.json", "README.md", "*/*.npz"],
+                  "ntpref.docs": ["*.md", "figures/*.png", "results/*/*/README.md", "results/*/*/summary.txt",
+                                  "results/*/*/*.png"]},
     install_requires=[
         "numpy>=2.0,<2.5",
         "numba>=0.68,<0.69",

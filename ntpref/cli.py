@@ -33,6 +33,7 @@ COMMAND_MODULES = (
     "ntpref.oracle.certify",      # certify
     "ntpref.reproduce",           # reproduce
     "ntpref.bench",               # bench
+    "ntpref.shipped",             # adapters, docs
 )
 
 

@@ -193,3 +193,13 @@ def test_adapter_activation_tables_refuse_an_unknown_name(framework, module):
     np.testing.assert_allclose(np.asarray(adapter.sigma(x, "tanh")), np.tanh(np.linspace(-2.0, 2.0, 5)), rtol=1e-6)
     with pytest.raises(ValueError, match="activation 'relu' is not implemented here"):
         adapter.sigma(x, "relu")
+
+
+def test_a_shipped_adapter_runs_by_name(capsys):
+    """ntpref conformance --adapter NAME runs the installed copy of a shipped adapter."""
+    _need("torch")
+    from ntpref.cli import main
+
+    assert main(["conformance", "--adapter", "torch-float64", "--model", "indrnn", "--no-stored", "--random", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "torch_float64.py" in out.splitlines()[0] and out.splitlines()[-1].endswith(": PASS")

@@ -1,0 +1,52 @@
+"""The files shipped beside the code (ntpref.shipped): the adapters, the documentation pages and the reference
+cases are found in a clone; an installed copy (tests/test_packaging.py, slow) finds them inside the package."""
+from pathlib import Path
+
+import pytest
+
+from ntpref import shipped
+from ntpref.cli import main
+from ntpref.errors import InputError
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_in_a_clone_the_repository_directories_are_used():
+    assert shipped.shipped_dir("docs", "contract.md") == REPO / "docs"
+    assert shipped.shipped_dir("adapters", "torch_float64.py") == REPO / "examples" / "adapters"
+    assert shipped.shipped_dir("reference_runs", "manifest.json") == REPO / "reference_runs"
+
+
+def test_without_the_marker_the_installed_copy_is_used(monkeypatch, tmp_path):
+    fake = tmp_path / "site-packages" / "ntpref"
+    fake.mkdir(parents=True)
+    monkeypatch.setattr(shipped, "_ROOT", fake)
+    assert shipped.shipped_dir("docs", "contract.md") == fake / "docs"
+    with pytest.raises(InputError, match="adapter 'torch-float64': .* is missing from this install"):
+        shipped.adapter_path("torch-float64")
+
+
+def test_every_shipped_adapter_is_a_file_named_by_the_table(capsys):
+    for name, (stem, framework) in shipped.ADAPTERS.items():
+        assert shipped.adapter_path(name) == REPO / "examples" / "adapters" / f"{stem}.py"
+    assert main(["adapters"]) == 0
+    out = capsys.readouterr().out
+    assert all(f"{name} " in out and f"needs {fw}" in out for name, (_, fw) in shipped.ADAPTERS.items())
+    with pytest.raises(InputError, match=r"unknown adapter 'torch-flot64' \(did you mean 'torch-float64'\?\)"):
+        shipped.adapter_path("torch-flot64")
+
+
+def test_docs_lists_the_pages_and_prints_one(capsys):
+    assert main(["docs"]) == 0
+    listed = capsys.readouterr().out.split()
+    assert {"contract", "conformance", "tolerance", "twostage", "shallow"} <= set(listed[::2])
+    assert main(["docs", "contract.md"]) == 0
+    assert capsys.readouterr().out.strip() == str(REPO / "docs" / "contract.md")
+    assert main(["docs", "contrct"]) == 2
+    assert "unknown page 'contrct' (did you mean 'contract'?)" in capsys.readouterr().err
+
+
+def test_conformance_takes_one_adapter_source(capsys):
+    assert main(["conformance", "--adapter", "torch-float64", str(REPO / "tests" / "conformance_adapters" /
+                                                                  "oracle_numpy.py")]) == 2
+    assert "give one of an adapter file (ADAPTER.py), --adapter NAME" in capsys.readouterr().err
