@@ -22,8 +22,12 @@ from .contract import BLOCKS, INPUTS, TRAJECTORIES, input_dataset
 from .model import direction as ngd_direction
 from .model import forward, loss_and_grad, prepare, prepare_collocations
 from .orders import optimal_token_sentences
+from .two_stage import train as two_stage_train
 
 TRAIN_ONLY = names_of(INPUTS, "eval", ABSENT)
+#: A naive NGD direction known to less than this relative accuracy ends the steps the policy follows step by
+#: step (:class:`_NoiseWalk`): 100x below the 1e-6 relative error the policy must catch.
+DIRECTION_ACCURACY = 1e-8
 
 class _Sentences(NamedTuple):
     """Per sentence j and position l of a prepared set (docs/twostage.md §2): the forward values and
@@ -216,7 +220,8 @@ def train_tolerances(inputs: Mapping[str, np.ndarray], out: Mapping[str, np.ndar
     W_ov = out["W_ov"]
     stages = {"W_ov": (prep0, [(W_ov, None) for W_ov in (W_ov0, W_ov)], "ov", 1),
               "W_kq": (prep, [(W_ov, W) for W in (W_kq0, out["W_kq"])], "kq", 2)}
-    scales, eps, D = {}, {}, {}
+    walk, path_rel = _noise_walk(ds, inputs, out, prep) if naive else (None, np.zeros(0))
+    scales, eps, D, rels = {}, {}, {}, {}
     for block, (pset, ends, wrt, g_index) in stages.items():
         sc = [twostage_scales(pset, *e) for e in ends]
         scales[block] = sc
@@ -230,9 +235,19 @@ def train_tolerances(inputs: Mapping[str, np.ndarray], out: Mapping[str, np.ndar
         largest = max(max_abs(inputs[block]), max_abs(out[block]))
         step = as_scalar(BLOCKS[block], inputs[BLOCKS[block]])
         eps[block] = U * largest + step * (U + 2.0 * gamma(sc[0][0].count) * rel)
+        rels[block] = rel
         D[block] = response({block: eps[block]})
     sf, _ = twostage_scales(prepare(optimal_token_sentences(ds)), W_ov, None)
     T = as_scalar("T", inputs["T"], kind="int")
+    # stage 2's injections behind t steps, in units of the one the rerun measured: t, or for the naive
+    # direction the steps' own accuracies along the path (ρ(s) = ‖M(G)‖/‖G‖ at W_kq(s), at least ρ)
+    injected = np.arange(T + 1, dtype=np.float64)
+    if path_rel.size:
+        count = scales["W_kq"][0][0].count
+        largest = max(max_abs(inputs["W_kq"]), max_abs(out["W_kq"]))
+        rho = np.maximum(np.concatenate([path_rel, np.zeros(max(T - path_rel.size, 0))])[:T], rels["W_kq"])
+        per_step = U * largest + as_scalar("eta", inputs["eta"]) * (U + 2.0 * gamma(count) * rho)
+        injected = np.concatenate([[0.0], np.cumsum(per_step / eps["W_kq"])])
     tols = {}
     for name in names:
         q, D1, D2 = out[name], D["W_ov"][name], D["W_kq"][name]
@@ -241,7 +256,12 @@ def train_tolerances(inputs: Mapping[str, np.ndarray], out: Mapping[str, np.ndar
         elif name == "W_ov":
             tols[name] = final_tolerance(T0 * max(max_abs(D1), eps["W_ov"]), "stage-1 result")
         elif name == "W_kq":
-            tols[name] = final_tolerance(T0 * max_abs(D1) + T * max(max_abs(D2), eps["W_kq"]), "stage-2 result")
+            propagated = T0 * max_abs(D1) + injected[T] * max(max_abs(D2), eps["W_kq"])
+            if walk is None:
+                tols[name] = final_tolerance(propagated, "stage-2 result")
+            else:
+                spread = walk.spread(T0 * max_abs(D1) + injected[walk.t_star] * max(max_abs(D2), eps["W_kq"]), T)
+                tols[name] = final_tolerance(propagated + spread / SAFETY, f"stage-2 result; {walk.why}")
         elif name == "loss_floor":
             tol = eval_tolerance(sf.M["loss"], sf.count)
             tols[name] = {**tol, "atol": tol["atol"] + SAFETY * T0 * max_abs(D1), "reason": tol["reason"]
@@ -256,9 +276,75 @@ def train_tolerances(inputs: Mapping[str, np.ndarray], out: Mapping[str, np.ndar
             if stage == "stage1":
                 propagated = t * running_max(D1, 1)
             else:
-                propagated = T0 * running_max(D1, 0) + t * running_max(D2, 1)
+                propagated = T0 * running_max(D1, 0) + injected[:t.size] * running_max(D2, 1)
             tols[name] = trajectory_tolerance(q, floor, count, propagated, name)
+            if stage == "stage2" and walk is not None:
+                tols[name] = walk.split(tols[name], key, T0 * max_abs(D1) + injected[walk.t_star] * max(
+                    max_abs(D2), eps["W_kq"]))
     return tols
+
+
+class _NoiseWalk(NamedTuple):
+    """Stage 2 of a naive-direction run from the first step ``t_star`` at which float64 determines the
+    gradient's direction to less than :data:`DIRECTION_ACCURACY`, 2·SAFETY·γ_K ‖M(G)‖ ≥ that ‖G‖ (on a loss
+    plateau G shrinks to rounding noise): from there on the policy bounds the run as if two correct
+    implementations took unit steps of size η in unrelated directions, so ‖ΔW_kq(t)‖_F ≤ δ + 2η (t − t_star), δ the difference
+    allowed at t_star (d × its entrywise bound); the loss differs by at most ``lip`` ‖ΔW_kq‖_F (``lip`` ≥
+    ‖∇_{W_kq} L‖_F for every W_kq: 4 max|EᵀW_ovE| max_k ‖E_k‖², W_ov being fixed in stage 2), the norm by
+    ‖ΔW_kq‖_F, the correlation by anything (|ρ| ≤ 1). Up to t_star the bounds of a determined run hold
+    (a tolerance's ``head``)."""
+
+    t_star: int
+    eta: float
+    lip: float
+    d: int
+
+    @property
+    def why(self) -> str:
+        return (f"naive direction: from stage-2 step {self.t_star} float64 determines the gradient's direction "
+                f"to less than {DIRECTION_ACCURACY:g} (a loss plateau; then rounding noise), so the walk is "
+                f"bounded only by its steps of η = {self.eta:.3g}")
+
+    def spread(self, propagated: float, t: int) -> float:
+        """The bound δ + 2η (t − t_star) on ‖ΔW_kq(t)‖_F, δ from ``propagated`` (the entrywise bound at t_star)."""
+        return SAFETY * self.d * propagated + 2.0 * self.eta * (t - self.t_star)
+
+    def split(self, tol: dict, key: str, propagated: float) -> dict:
+        """``tol`` on the entries up to t_star (its ``head``), and after them the walk's bound for the log
+        ``key`` ("loss" | "norm" | "corr") of stage 2."""
+        at_star = tol["atol"] + tol["atol_per_step"] * self.t_star
+        delta = self.spread(propagated, self.t_star)
+        factor = {"loss": self.lip, "norm": 1.0}.get(key)
+        rest = ({"rtol": 0.0, "atol": 2.0, "atol_per_step": 0.0} if factor is None else
+                {"rtol": tol["rtol"], "atol": at_star + factor * delta,
+                 "atol_per_step": tol["atol_per_step"] + factor * 2.0 * self.eta})
+        head = {"n": self.t_star + 1, **{k: tol[k] for k in ("rtol", "atol", "atol_max_scale", "atol_per_step")}}
+        return {**tol, **rest, "atol_max_scale": 0.0, "head": head, "reason": f"{tol['reason']}; after step "
+                f"{self.t_star}: {self.why}"}
+
+
+def _noise_walk(ds, inputs: Mapping[str, np.ndarray], out: Mapping[str, np.ndarray],
+                prep) -> tuple[_NoiseWalk | None, np.ndarray]:
+    """(the stage-2 walk of a naive-direction run from its first step of an inaccurate direction, :class:`_NoiseWalk`,
+    or None when there is none; ρ(s) = ‖M(G)‖/‖G‖ at W_kq(s) for the steps s before it, the accuracy the
+    injection of each step must cover). The oracle's stage-2 iterates come from a run with snapshots."""
+    T = as_scalar("T", inputs["T"], kind="int")
+    if T == 0:
+        return None, np.zeros(0)
+    run = two_stage_train(ds, eta0=as_scalar("eta0", inputs["eta0"]), eta=as_scalar("eta", inputs["eta"]),
+                          T0=as_scalar("T0", inputs["T0"], kind="int"), T=T, direction="naive",
+                          W_ov0=inputs["W_ov"], W_kq0=inputs["W_kq"], snapshots=range(T))
+    W_ov, rho = out["W_ov"], []
+    for t, W_kq in sorted(run.snapshots.items()):
+        G = np.linalg.norm(loss_and_grad(prep, W_ov, W_kq)[2])
+        sc, _ = twostage_scales(prep, W_ov, W_kq)
+        M = np.linalg.norm(sc.M["grad_W_kq"])
+        if 2.0 * SAFETY * gamma(sc.count) * M >= DIRECTION_ACCURACY * G:
+            absE = np.abs(ds.E)
+            lip = 4.0 * max_abs(ds.E.T @ W_ov @ ds.E) * float(np.max(np.sum(absE * absE, axis=0)))
+            return _NoiseWalk(t, as_scalar("eta", inputs["eta"]), lip, ds.d), np.array(rho)
+        rho.append(float(M / G))
+    return None, np.array(rho)
 
 
 # --- the float32 envelope -----------------------------------------------------------------------------
