@@ -187,7 +187,7 @@ def test_unseen_validation():
         unseen_sentences(task.dataset, n=5, orders=bad)
     with pytest.raises(InputError, match="permutation"):
         unseen_sentences(task.dataset, n=5, orders=np.zeros((6, 6), dtype=np.int64))
-    with pytest.raises(InputError, match="found only"):
+    with pytest.raises(InputError, match="n = 100 but there are at most 10 distinct unseen sentences"):
         unseen_sentences(five_token_example(), n=100, min_len=2, max_len=2)
     with pytest.raises(InputError, match="'n'"):
         unseen_sentences(five_token_example(), n=0)
@@ -211,3 +211,17 @@ def test_dataset_and_evaluate_leave_the_callers_arrays_writable():
         run(arrays)
         assert [k for k, v in arrays.items() if not v.flags.writeable] == []
         assert all(np.array_equal(arrays[k], before[k]) for k in arrays)
+
+
+def test_unseen_sentences_refuses_an_unreachable_n_at_once():
+    """More sentences than distinct unseen ones exist (queries × multisets of the other tokens, less the
+    training set's) is an InputError before any draw, not after 1000 + 100 n of them."""
+    from ntpref.twostage import unseen_sentences
+
+    ds = five_token_example()
+    with pytest.raises(InputError, match=r"n = 1000000000 but there are at most 496 distinct unseen sentences"):
+        unseen_sentences(ds, n=10 ** 9)
+    with pytest.raises(InputError, match="at most 34 distinct"):
+        unseen_sentences(ds, n=35, max_len=3)
+    split = unseen_sentences(ds, n=34, max_len=3)                       # exactly the bound: every one found
+    assert sum(len(p.lengths) for p in (split.determined, split.noncomparable) if p is not None) == 34

@@ -2,6 +2,7 @@
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -65,6 +66,12 @@ def unseen_sentences(ds: Dataset, n: int = 200, seed: int = 0, orders=None, min_
         orders = _check_orders(ds, orders, optimal_tokens(ds))
     queries = np.array(sorted(G), dtype=np.int64)
     taken = {(int(q), tuple(sorted(ds.sentence(i).tolist()))) for i, q in enumerate(ds.queries)}
+    possible = len(queries) * sum(math.comb(ds.K + L - 2, L - 1) for L in range(min_len, max_len + 1)) - sum(
+        1 for q, tokens in taken if min_len <= len(tokens) <= max_len)       # query fixed, the rest a multiset
+    if n > possible:
+        raise InputError(f"unseen_sentences: n = {n} but there are at most {possible} distinct unseen "
+                         f"sentences ({len(queries)} queries, K = {ds.K}, lengths {min_len}..{max_len}, as multisets); "
+                         "lower n or widen min_len..max_len")
     rng = np.random.default_rng(seed)
     parts: tuple[list, list] = ([], [])               # (sentences, targets) per part: determined, noncomparable
     found, attempts, max_attempts = 0, 0, 1000 + 100 * n
