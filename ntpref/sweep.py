@@ -142,15 +142,44 @@ def _init_worker(parent: int) -> None:
 
 
 @contextmanager
+def _sigint_ignored():
+    """SIGINT ignored in this process for the block (when it is the main thread): worker processes spawned
+    inside inherit the disposition, so a Ctrl-C while they still import reaches none of them (it would print
+    a traceback from multiprocessing's start-up code). The coordinating process handles Ctrl-C as soon as
+    the block ends."""
+    try:
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    except ValueError:  # not the main thread
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+class _QuietStartPool:
+    """A ProcessPoolExecutor whose ``submit`` (which spawns the workers, one per call until the pool is full)
+    runs with SIGINT ignored (:func:`_sigint_ignored`)."""
+
+    def __init__(self, pool: ProcessPoolExecutor):
+        self.pool = pool
+
+    def submit(self, fn, *args):
+        with _sigint_ignored():
+            return self.pool.submit(fn, *args)
+
+
+@contextmanager
 def _local_pool(workers: int):
-    """A spawn ProcessPoolExecutor whose workers ignore SIGINT (Ctrl-C reaches the whole process group;
-    the coordinating process handles it) and are terminated when the block is left by an exception, so an
+    """A spawn ProcessPoolExecutor whose workers ignore SIGINT from their start (Ctrl-C reaches the whole
+    process group; the coordinating process handles it) and are terminated when the block is left by an exception, so an
     interrupted sweep ends now instead of after the cells being computed."""
     _start_resource_tracker()
     pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
                                initializer=_init_worker, initargs=(os.getpid(),))
     try:
-        yield pool
+        yield _QuietStartPool(pool)
     except BaseException:
         for process in list((getattr(pool, "_processes", None) or {}).values()):  # no public way before 3.14
             process.terminate()
