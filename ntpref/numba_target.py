@@ -94,6 +94,23 @@ def use_full_vector_width() -> None:
     _set_numba_variable("NUMBA_CPU_FEATURES", features)
 
 
+def configured_target() -> dict:
+    """The Numba CPU target this process compiles ntpref's kernels for, as Numba's configuration has it now
+    (read only; for the provenance of stored results): ``cpu``, the LLVM CPU name (``NUMBA_CPU_NAME`` or the
+    host's), and ``features``: "host" (Numba's default, the host's features), "host,-prefer-256-bit" (what
+    :func:`use_full_vector_width` sets: 512-bit vectors), "host without AVX" (``NUMBA_ENABLE_AVX=0``), or
+    the ``NUMBA_CPU_FEATURES`` string set otherwise ("" for ``NUMBA_CPU_NAME=generic`` alone)."""
+    import llvmlite.binding as llvm
+    from numba.core import config
+
+    features = config.CPU_FEATURES
+    if features is None:
+        features = "host" if config.ENABLE_AVX else "host without AVX"
+    elif features == full_width_features():
+        features = f"host,{PREFER_256}"
+    return {"cpu": config.CPU_NAME or llvm.get_host_cpu_name(), "features": features}
+
+
 def _set_numba_variable(name: str, value: str) -> None:
     """Set a Numba environment variable, also in a Numba imported already (its config re-reads them)."""
     os.environ[name] = value

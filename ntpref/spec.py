@@ -6,7 +6,9 @@ names no model. A specification holds
 
 * the file contract: its input arrays (:class:`Input`: name, shape, dtype, when required, the default of an
   absent optional one), its eval and train outputs, which train outputs are per-step logs (trajectories)
-  and which are diagnostics an implementation need not return; the entry points ``evaluate(arrays,
+  and which are diagnostics an implementation need not return; ``not_bitwise``, the outputs not promised
+  bit-identical across x86-64 CPUs (name → what makes their rounding depend on the CPU: BLAS, LAPACK,
+  the QP solver); the entry points ``evaluate(arrays,
   backend)`` and ``train(arrays, backend, progress)``;
 * training: the trained blocks and the input holding each one's step size;
 * kinds of stored case beyond eval and train: ``extra_kinds``, kind → ``compute(inputs, backend)`` (the
@@ -97,6 +99,7 @@ class ModelSpec:
     train_outputs: tuple[str, ...]
     trajectories: tuple[str, ...]
     diagnostics: tuple[str, ...]
+    not_bitwise: Mapping[str, str]
     blocks: Mapping[str, str]
     evaluate: Callable
     train: Callable

@@ -12,8 +12,10 @@ what it exercises, its generating configuration and seed, and ``build(config, se
 outputs (and intermediates, see ``reference.intermediates``) come from the numba backend; before
 anything is written the numpy backend is run on the same input and must agree within every array's
 tolerance (so the tolerances are known to hold
-across backends; the measured worst error/tolerance ratio is printed). ``ntpref verify`` then
-recomputes the stored inputs, ``ntpref regen`` rewrites one case from its stored input.
+across backends; the measured worst error/tolerance ratio is printed), and how far each case's arrays
+moved from the bits stored before is printed too. Every array's record gets its ``bitwise`` promise from
+the models' ``not_bitwise``. ``ntpref verify`` then recomputes the stored inputs, ``ntpref regen`` rewrites one
+case from its stored input (keeping the promises).
 """
 from __future__ import annotations
 
@@ -26,10 +28,28 @@ from ntpref.models import SPECS
 from ntpref.oracle import reference, tolerance
 from ntpref.oracle.compare import compare_arrays, tolerance_text
 from ntpref.npzio import load_npz
+from ntpref.numba_target import configure_process
 from ntpref.spec import StoredCase
 
 #: Every stored case of every model (:class:`ntpref.spec.StoredCase`), from the models' specifications.
 CASES = [case for spec in SPECS.values() for case in spec.stored]
+
+def bitwise_fields(model: str, names) -> dict:
+    """name → {"bitwise": promised} for the arrays ``names`` of a case of ``model`` (its specification's
+    ``not_bitwise``)."""
+    return {name: {"bitwise": name not in SPECS[model].not_bitwise} for name in names}
+
+
+def _stored(root: Path, name: str, manifest: dict) -> dict:
+    """The expected arrays and intermediates stored for case ``name`` ({} for a new case or unreadable files)."""
+    entry = manifest["cases"].get(name)
+    if entry is None:
+        return {}
+    stored = {}
+    for filename in entry["files"]:
+        if filename != "input.npz":
+            stored.update(reference.check_file(root, name, entry, filename)[0] or {})
+    return stored
 
 
 def generate(cases: list[StoredCase], root: Path) -> None:
@@ -37,6 +57,7 @@ def generate(cases: list[StoredCase], root: Path) -> None:
     for case in cases:
         start = time.perf_counter()
         inputs = case.inputs()
+        before = _stored(root, case.name, manifest)
         runs = {}
         for backend in ("numba", "numpy"):
             runs[backend] = (reference.compute(case.kind, inputs, backend),
@@ -46,13 +67,16 @@ def generate(cases: list[StoredCase], root: Path) -> None:
         report = compare_arrays({**expected, **extra}, {**other, **other_extra}, tols, labels=("numba", "numpy"))
         if not report.ok:
             raise SystemExit(f"{case.name}: numba and numpy backends disagree beyond the tolerances:\n{report}")
+        fields = bitwise_fields(case.model, [*expected, *extra])
         entry = reference.case_entry(case.model, case.kind, case.description, case.config, case.seed,
-                                     inputs, expected, tols, extra)
+                                     inputs, expected, tols, extra, fields)
+        bits = reference.bit_distances(before, {**expected, **extra}, entry)
         reference.write_case(root, case.name, entry, inputs, expected, manifest, extra)
         size = sum((root / case.name / f).stat().st_size for f in entry["files"])
         worst = max((r.ratio or 0.0) for r in report.rows)
         print(f"{case.name}: {len(expected)} arrays (+{len(extra)} intermediates), {size / 1024:.0f} KiB, "
               f"numba vs numpy worst error/tolerance {worst:.1e}, {time.perf_counter() - start:.1f} s")
+        print(f"  against the bits stored before: {reference.changes_text(bits)}")
     reference.save_manifest(root, manifest)
 
 
@@ -76,6 +100,7 @@ def main(argv=None) -> int:
     parser.add_argument("--check", action="store_true", help="only check that inputs rebuild bitwise")
     parser.add_argument("--list", action="store_true")
     args = parser.parse_args(argv)
+    configure_process()   # the kernels as the ntpref command runs them (recorded in the provenance)
     by_name = {c.name: c for c in CASES}
     unknown = [c for c in args.cases if c not in by_name]
     if unknown:

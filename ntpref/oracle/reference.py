@@ -10,20 +10,28 @@ environment variable ``NTPREF_REFERENCE_RUNS`` or ``--root DIR`` selects another
 
 ``manifest.json``::
 
-    {"format_version": 1, "provenance": {ntpref, numpy, numba, python, machine},   # of the last write
+    {"format_version": 1, "provenance": {...},                   # of the last write (see provenance())
      "cases": {CASE: {"model", "kind": "eval" | "train" | "ntk", "description", "config", "seed",
-                      "provenance": {...},                        # when this case was last (re)generated
+                      "provenance": {...},                        # what produced the case's files
                       "files": {"input.npz": SHA256, "expected.npz": SHA256[, "intermediates.npz": SHA256]},
                       "inputs": {NAME: {"shape", "dtype", "sha256"}},
-                      "arrays": {NAME: {"shape", "dtype", "sha256", "rtol", "atol", "atol_max_scale",
+                      "arrays": {NAME: {"shape", "dtype", "sha256", "bitwise", "rtol", "atol", "atol_max_scale",
                                         "atol_per_step", "reason"[, "head"]}},
                       "intermediates": {NAME: {same fields as "arrays"}}}}}
 
 SHA-256 of an array is taken over its raw bytes in C order; the file hashes catch a changed byte
 that lies outside every array (zip headers). Tolerances are those of :mod:`ntpref.oracle.compare`,
 set by the float64 policy of :mod:`ntpref.oracle.tolerance` (docs/tolerance.md) whenever a case is
-written. A manifest that is not of this form (bad JSON, a missing key, a wrong type) is an
-InputError naming the file, the case and the key.
+written. ``bitwise`` (true / false; absent means false) says whether the array is promised bit-identical
+across x86-64 CPUs (docs/contract.md, "Stored reference cases"): the generator declares it, ``regen``
+keeps it. A manifest that is not of this form (bad JSON, a missing key, a wrong type) is an
+InputError naming the file, the case and the key. Unknown keys of the manifest and of a case are
+ignored; the keys of an array's record are :data:`RECORD_FIELDS` and its tolerance's, so a new per-array
+field is added to :data:`RECORD_FIELDS`.
+
+Besides the tolerance check, ``verify`` and ``regen`` measure how far every recomputed array lies from its
+stored bits, in ulp of the stored value (:func:`ulp_distance`): "bit-identical" tells an unchanged oracle
+from one whose rounding moved within the tolerances.
 
 Kinds: "eval" and "train" run through :func:`ntpref.oracle.contract.evaluate` / ``train``; any other kind
 is one of a model's ``extra_kinds`` (its specification), not part of the interchange contract (no
@@ -37,11 +45,13 @@ The cases themselves (configurations, seeds, builders) are defined beside each m
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
 import platform
 import re
+import subprocess
 import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -55,6 +65,7 @@ from .compare import Report, check_tolerance, compare_arrays
 from ..jsonio import load_json
 from ..npzio import atomic_write, load_npz, save_npz
 from ..models import SPECS, spec_named
+from ..numba_target import configured_target
 from .tolerance import default_tolerances
 
 FORMAT_VERSION = 1
@@ -65,6 +76,12 @@ FILES = ("input.npz", "expected.npz")
 INTERMEDIATES = "intermediates.npz"
 #: Which manifest section records the arrays of each file of a case.
 SECTIONS = {"input.npz": "inputs", "expected.npz": "arrays", INTERMEDIATES: "intermediates"}
+#: The fields of an array's record that describe its bytes: rewritten whenever the array is.
+BYTES_FIELDS = ("shape", "dtype", "sha256")
+#: Every field of an array's record besides its tolerance (whose keys, checked by
+#: :func:`ntpref.oracle.compare.check_tolerance`, are all the others). The fields after :data:`BYTES_FIELDS`
+#: describe the array rather than its bytes; ``regen`` and ``--tolerances-only`` keep them as they are.
+RECORD_FIELDS = BYTES_FIELDS + ("bitwise",)
 
 # --- hashing, provenance, manifest ----------------------------------------------------------------
 def sha256_array(a: np.ndarray) -> str:
@@ -82,13 +99,146 @@ def sha256_file(path: str | os.PathLike) -> str:
 
 
 def provenance() -> dict:
-    """Versions that produced a result: ntpref, NumPy, Numba, Python, and the machine architecture."""
+    """What produces a result in this process: the ntpref version and git commit (:func:`git_commit`), the
+    NumPy, Numba and Python versions, the system and architecture, the CPU model (:func:`cpu_model`) and the
+    Numba CPU target the kernels are compiled for (:func:`ntpref.numba_target.configured_target`: CPU name
+    and features, hence the vector width the ``ntpref`` command configured)."""
     import numba
 
     from .. import __version__
 
-    return {"ntpref": __version__, "numpy": np.__version__, "numba": numba.__version__,
-            "python": platform.python_version(), "machine": f"{platform.system()} {platform.machine()}"}
+    return {"ntpref": __version__, "git": git_commit(), "numpy": np.__version__, "numba": numba.__version__,
+            "python": platform.python_version(), "machine": f"{platform.system()} {platform.machine()}",
+            "cpu": cpu_model(), "numba_target": configured_target()}
+
+
+@functools.cache
+def git_commit() -> str:
+    """The commit of the git checkout ntpref is imported from, with "+modified" when its ``ntpref/`` sources
+    differ from it (changed or new files); "unknown" for an installed copy or without git. Git runs without
+    optional locks, so it never competes with another git process for the index."""
+    root = Path(__file__).resolve().parents[2]
+    if not (root / ".git").exists() or not (root / "ntpref" / "__init__.py").is_file():
+        return "unknown"
+    env = {**os.environ, "GIT_OPTIONAL_LOCKS": "0"}
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, env=env,
+                              timeout=30, check=True).stdout.strip()
+
+    try:
+        commit = git("rev-parse", "HEAD")
+        modified = git("status", "--porcelain", "--", "ntpref")
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return commit + ("+modified" if modified else "")
+
+
+@functools.cache
+def cpu_model() -> str:
+    """The CPU's model name ("model name" of /proc/cpuinfo, else :func:`platform.processor`, else "unknown")."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                key, _, value = line.partition(":")
+                if key.strip() == "model name" and value.strip():
+                    return " ".join(value.split())
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def provenance_text(prov: Mapping) -> str:
+    """A provenance record (:func:`provenance`) on one line; fields an older record lacks are left out."""
+    target = prov.get("numba_target")
+    parts = (f"ntpref {prov['ntpref']}" if "ntpref" in prov else "",
+             f"git {prov['git']}" if "git" in prov else "",
+             *(f"{label} {prov[key]}" for label, key in (("NumPy", "numpy"), ("Numba", "numba"), ("Python", "python"))
+               if key in prov),
+             prov.get("machine", ""), prov.get("cpu", ""),
+             f"Numba target {target.get('cpu')} ({target.get('features') or 'no features'})"
+             if isinstance(target, Mapping) else "")
+    return ", ".join(p for p in parts if p) or "(no provenance)"
+
+
+# --- distances in ulp ------------------------------------------------------------------------------
+def ulp_distance(stored, new) -> float | None:
+    """The largest distance between an entry of ``new`` and the same entry of ``stored``, in units in the last
+    place of the stored value: |new − stored| / spacing(|stored|), spacing(x) being the gap from x to the next
+    float of larger magnitude. 0 exactly when every entry has the same bits.
+
+    Zeros and subnormals: their spacing is the smallest subnormal, 2^-1074, so a stored zero that became
+    nonzero counts as a huge number (inf from 2^-50 on): a change of an exact zero is never "a few ulp".
+    Entries that differ only in the sign of a zero count 1 (the two zeros are neighbours); NaN or inf in
+    ``new`` where ``stored`` has other bits counts inf. Arrays that are not floating point count 0 when
+    equal. None when the two cannot be compared entry by entry: other shapes, dtypes of another kind, or
+    unequal non-float arrays.
+    """
+    s, a = np.asarray(stored), np.asarray(new)
+    if s.shape != a.shape or s.dtype.kind != a.dtype.kind:
+        return None
+    if s.dtype.kind != "f":
+        return 0.0 if np.array_equal(s, a) else None
+    s, a = s.astype(np.float64), a.astype(np.float64)
+    same = (s == a) & (np.signbit(s) == np.signbit(a))
+    if same.all():
+        return 0.0
+    with np.errstate(over="ignore", invalid="ignore"):
+        units = np.abs(a - s) / np.spacing(np.abs(s))     # a power of two: the division is exact
+    units = np.where(np.isnan(units), np.inf, units)
+    units = np.where(same, 0.0, np.where(units == 0.0, 1.0, units))   # 0 where only the sign of a zero differs
+    return float(units.max())
+
+
+def ulp_text(ulp: float | None) -> str:
+    """"identical", "64 ulp", "0.5 ulp", "1.2e+17 ulp", or "differs" (None: not comparable entry by entry)."""
+    if ulp is None:
+        return "differs"
+    return "identical" if ulp == 0.0 else f"{ulp:.4g} ulp"
+
+
+class ArrayBits(NamedTuple):
+    """One recomputed array against its stored bits: ``ulp`` (:func:`ulp_distance`; None when the stored
+    arrays lack it or it is not comparable) and ``promised``, the manifest's ``bitwise`` flag."""
+
+    name: str
+    ulp: float | None
+    promised: bool
+
+    @property
+    def identical(self) -> bool:
+        """Whether every entry kept its bits."""
+        return self.ulp == 0.0
+
+
+def bit_distances(stored: Mapping[str, np.ndarray], new: Mapping[str, np.ndarray],
+                  entry: Mapping) -> list[ArrayBits]:
+    """:class:`ArrayBits` of every array of ``new`` (a case's recomputed outputs and intermediates) against
+    the ``stored`` ones, with the promises of the case's manifest ``entry``."""
+    records = {**entry["arrays"], **entry.get("intermediates", {})}
+    return [ArrayBits(name, ulp_distance(stored[name], a) if name in stored else None,
+                      records.get(name, {}).get("bitwise") is True) for name, a in new.items()]
+
+
+def changes_text(bits: Iterable[ArrayBits]) -> str:
+    """"unchanged, all N arrays bit-identical to the stored ones", or "K of N arrays changed (max M ulp):
+    NAME 3 ulp, NAME 0.5 ulp, ..." for new arrays against their stored bits."""
+    bits = list(bits)
+    changed = [b for b in bits if not b.identical]
+    if not changed:
+        return f"unchanged, all {len(bits)} arrays bit-identical to the stored ones"
+    return (f"{len(changed)} of {len(bits)} arrays changed ({bits_summary(changed)}): "
+            + ", ".join(f"{b.name} {ulp_text(b.ulp)}" for b in changed))
+
+
+def bits_summary(bits: Iterable[ArrayBits]) -> str:
+    """"bit-identical" when every array kept its bits, else "max N ulp" over the arrays with a distance
+    ("differs" when none has one)."""
+    bits = list(bits)
+    if all(b.identical for b in bits):
+        return "bit-identical"
+    worst = [b.ulp for b in bits if b.ulp is not None]
+    return f"max {ulp_text(max(worst))}" if worst else "differs"
 
 
 def default_root() -> Path:
@@ -145,8 +295,10 @@ def _check_records(where: str, section: Mapping, tolerances: bool) -> None:
         digest = _require(at, rec, "sha256", str, "a SHA-256 hex digest")
         if not re.fullmatch(r"[0-9a-f]{64}", digest):
             raise InputError(f"{at}: 'sha256' must be 64 hex digits, got {digest[:70]!r}")
+        if "bitwise" in rec and not isinstance(rec["bitwise"], bool):
+            raise InputError(f"{at}: 'bitwise' must be true or false, got {json.dumps(rec['bitwise'])[:60]}")
         if tolerances:
-            check_tolerance(at, {k: v for k, v in rec.items() if k not in ("shape", "dtype", "sha256")})
+            check_tolerance(at, _tolerance_part(rec))
 
 
 def check_manifest(path, manifest) -> None:
@@ -196,33 +348,52 @@ def save_manifest(root: str | os.PathLike, manifest: Mapping) -> None:
     atomic_write(Path(root) / "manifest.json", lambda fh: fh.write(text.encode("utf-8")))
 
 
-def _input_entry(a: np.ndarray) -> dict:
+def _bytes_entry(a: np.ndarray) -> dict:
     return {"shape": list(a.shape), "dtype": str(a.dtype), "sha256": sha256_array(a)}
 
 
-def _checked_entries(arrays: Mapping[str, np.ndarray], tolerances: Mapping[str, Mapping]) -> dict:
+def _tolerance_part(rec: Mapping) -> dict:
+    """The tolerance held in an array's record: every key that is not one of :data:`RECORD_FIELDS`."""
+    return {k: v for k, v in rec.items() if k not in RECORD_FIELDS}
+
+
+def kept_fields(rec: Mapping) -> dict:
+    """The fields of an array's record that neither its bytes nor its tolerance determine (those of
+    :data:`RECORD_FIELDS` after :data:`BYTES_FIELDS`, e.g. ``bitwise``): rewriting the array keeps them."""
+    return {k: rec[k] for k in RECORD_FIELDS[len(BYTES_FIELDS):] if k in rec}
+
+
+def _checked_entries(arrays: Mapping[str, np.ndarray], tolerances: Mapping[str, Mapping],
+                     fields: Mapping[str, Mapping]) -> dict:
     missing = [n for n in arrays if n not in tolerances]
     if missing:
         raise InputError(f"no tolerance for array '{missing[0]}'")
-    return {name: {**_input_entry(np.asarray(a)), **check_tolerance(f"tolerance of '{name}'", tolerances[name])}
-            for name, a in arrays.items()}
+    known = RECORD_FIELDS[len(BYTES_FIELDS):]
+    unknown = sorted({k for n in arrays for k in fields.get(n, {}) if k not in known})
+    if unknown:
+        raise InputError(f"unknown array record field '{unknown[0]}'; known: {', '.join(known)}")
+    return {name: {**_bytes_entry(np.asarray(a)), **fields.get(name, {}),
+                   **check_tolerance(f"tolerance of '{name}'", tolerances[name])} for name, a in arrays.items()}
 
 
 def case_entry(model: str, kind: str, description: str, config: Mapping, seed: int,
                inputs: Mapping[str, np.ndarray], expected: Mapping[str, np.ndarray],
-               tolerances: Mapping[str, Mapping], extra: Mapping[str, np.ndarray] | None = None) -> dict:
+               tolerances: Mapping[str, Mapping], extra: Mapping[str, np.ndarray] | None = None,
+               fields: Mapping[str, Mapping] | None = None) -> dict:
     """The manifest entry of a case (file hashes are added by :func:`write_case`).
 
     tolerances: name → tolerance for every array of ``expected`` and of ``extra`` (the intermediates).
+    fields: name → the other fields of that array's record (:func:`kept_fields`, e.g. {"bitwise": True}).
     """
     if kind not in KINDS:
         raise InputError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
+    fields = fields or {}
     entry = {"model": model, "kind": kind, "description": description, "config": dict(config), "seed": int(seed),
              "provenance": provenance(), "files": {},
-             "inputs": {n: _input_entry(np.asarray(a)) for n, a in inputs.items()},
-             "arrays": _checked_entries(expected, tolerances)}
+             "inputs": {n: _bytes_entry(np.asarray(a)) for n, a in inputs.items()},
+             "arrays": _checked_entries(expected, tolerances, fields)}
     if extra:
-        entry["intermediates"] = _checked_entries(extra, tolerances)
+        entry["intermediates"] = _checked_entries(extra, tolerances, fields)
     return entry
 
 
@@ -231,28 +402,40 @@ def write_case(root: str | os.PathLike, name: str, entry: dict, inputs: Mapping[
                extra: Mapping[str, np.ndarray] | None = None) -> None:
     """Write ``root/name/{input,expected,intermediates}.npz`` and record ``entry`` in ``manifest``.
 
-    input.npz only when ``inputs`` is given, intermediates.npz only when ``extra`` is non-empty.
-    Each file is replaced atomically; the manifest is *not* saved here (call :func:`save_manifest`
-    once after writing all cases).
+    input.npz only when ``inputs`` is given, intermediates.npz only when ``extra`` is non-empty. A file
+    that already holds exactly these arrays (its hash and its arrays' records in ``manifest`` match) is
+    left as it is, since rewriting it would change its zip timestamps only; when no file is rewritten the
+    entry keeps the provenance recorded for the files. Each file is replaced atomically; the manifest is
+    *not* saved here (call :func:`save_manifest` once after writing all cases).
     """
     if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
         raise InputError(f"case name {name!r}: use letters, digits, '_', '-', '.' only")
     folder = Path(root) / name
-    if inputs is not None:
-        save_npz(folder / "input.npz", inputs)
-    save_npz(folder / "expected.npz", expected)
-    files = FILES
-    if extra:
-        save_npz(folder / INTERMEDIATES, extra)
-        files += (INTERMEDIATES,)
+    old = manifest["cases"].get(name)
+    files = {"input.npz": inputs, "expected.npz": expected, **({INTERMEDIATES: extra} if extra else {})}
+    rewrite = [f for f, arrays in files.items() if arrays is not None and not _holds(folder / f, arrays, old)]
+    for f in rewrite:
+        save_npz(folder / f, files[f])
+    if not rewrite and old is not None and "provenance" in old:
+        entry["provenance"] = old["provenance"]
     entry["files"] = {f: sha256_file(folder / f) for f in files}
     manifest["cases"][name] = entry
+
+
+def _holds(path: Path, arrays: Mapping[str, np.ndarray], entry: Mapping | None) -> bool:
+    """Whether the file ``path`` of a case holds exactly ``arrays``: the case's manifest ``entry`` records
+    its present hash and, for the same names, the same shapes, dtypes and array hashes."""
+    if entry is None or not path.is_file() or entry.get("files", {}).get(path.name) is None:
+        return False
+    recorded = {n: {k: rec.get(k) for k in BYTES_FIELDS} for n, rec in entry.get(SECTIONS[path.name], {}).items()}
+    return (recorded == {n: _bytes_entry(np.asarray(a)) for n, a in arrays.items()}
+            and sha256_file(path) == entry["files"][path.name])
 
 
 def tolerances_of(entry: Mapping) -> dict[str, dict]:
     """name → tolerance dict of a manifest case entry (expected arrays and intermediates)."""
     recorded = {**entry["arrays"], **entry.get("intermediates", {})}
-    return {n: {k: v for k, v in a.items() if k not in ("shape", "dtype", "sha256")} for n, a in recorded.items()}
+    return {n: _tolerance_part(a) for n, a in recorded.items()}
 
 
 # --- computing a case --------------------------------------------------------------------------
@@ -329,17 +512,32 @@ def check_file(root: Path, case: str, entry: Mapping, filename: str) -> tuple[di
 
 
 class CaseResult(NamedTuple):
-    """Outcome of verifying one case: integrity ``problems`` and the comparison ``report`` (None if not run)."""
+    """Outcome of verifying one case: integrity ``problems``, the comparison ``report`` and the recomputed
+    arrays against their stored bits, ``bits`` (:class:`ArrayBits`; report None and bits empty if not run)."""
 
     case: str
     kind: str
     problems: list
     report: Report | None
+    bits: list
     seconds: float
 
     @property
     def ok(self) -> bool:
         return not self.problems and self.report is not None and self.report.ok
+
+    @property
+    def status(self) -> str:
+        """"bit-identical", "within tolerance (max N ulp)" or "FAIL"."""
+        if not self.ok:
+            return "FAIL"
+        summary = bits_summary(self.bits)
+        return summary if summary == "bit-identical" else f"within tolerance ({summary})"
+
+    @property
+    def moved(self) -> list[str]:
+        """The arrays promised bit-identical (manifest ``bitwise``) whose recomputed bits differ."""
+        return [b.name for b in self.bits if b.promised and not b.identical]
 
 
 def _select(manifest: Mapping, cases: Iterable[str] | None) -> list[str]:
@@ -366,7 +564,7 @@ def verify_case(root: Path, case: str, entry: Mapping, backend: str = "numba") -
             arrays, more = check_file(root, case, entry, filename)
             stored.update(arrays or {})
             problems += more
-    report = None
+    report, bits = None, []
     if inputs is not None and not any(p.startswith(f"{case}/input.npz") for p in problems):
         try:
             actual = _outputs(entry, inputs, backend)
@@ -377,7 +575,8 @@ def verify_case(root: Path, case: str, entry: Mapping, backend: str = "numba") -
         else:
             tols = tolerances_of(entry)
             report = compare_arrays(stored, actual, tols, names=list(tols) + [n for n in actual if n not in tols])
-    return CaseResult(case, entry["kind"], problems, report, time.perf_counter() - start)
+            bits = bit_distances(stored, actual, entry)
+    return CaseResult(case, entry["kind"], problems, report, bits, time.perf_counter() - start)
 
 
 def _outputs(entry: Mapping, inputs: Mapping[str, np.ndarray], backend: str) -> dict[str, np.ndarray]:
@@ -396,15 +595,30 @@ def verify(root: str | os.PathLike | None = None, cases: Iterable[str] | None = 
     return [verify_case(root, c, manifest["cases"][c], backend) for c in _select(manifest, cases)]
 
 
-def regen(root: str | os.PathLike | None, case: str, force: bool = False, backend: str = "numba") -> Report:
-    """Recompute ``case`` from its stored input and rewrite expected.npz and its manifest entry.
+class Regenerated(NamedTuple):
+    """What :func:`regen` found: the comparison ``report`` of the new values with the stored ones at the
+    case's old tolerances, and ``bits``, the new arrays against the stored bits (:class:`ArrayBits`)."""
+
+    report: Report
+    bits: list
+
+    @property
+    def changed(self) -> list[ArrayBits]:
+        """The arrays whose bits changed (or that are new)."""
+        return [b for b in self.bits if not b.identical]
+
+
+def regen(root: str | os.PathLike | None, case: str, force: bool = False, backend: str = "numba") -> Regenerated:
+    """Recompute ``case`` from its stored input and rewrite expected.npz (and intermediates.npz) and its
+    manifest entry; returns what changed (:class:`Regenerated`).
 
     Refused (ComparisonError carrying the comparison table) when the stored input no longer matches
     the manifest, or the new values differ from the stored ones beyond the case's tolerances, unless
     ``force``. The rewritten entry's tolerances are the float64 policy's for the input
-    (:func:`ntpref.oracle.tolerance.default_tolerances`). expected.npz is replaced atomically first,
-    then manifest.json; if interrupted in between, ``verify`` reports a hash mismatch and rerunning
-    ``regen`` repairs it.
+    (:func:`ntpref.oracle.tolerance.default_tolerances`); the other fields of each array's record
+    (:func:`kept_fields`: ``bitwise``) stay. A file whose arrays keep their bits is not rewritten
+    (:func:`write_case`). expected.npz is replaced atomically first, then manifest.json; if interrupted
+    in between, ``verify`` reports a hash mismatch and rerunning ``regen`` repairs it.
     """
     root = Path(root if root is not None else default_root())
     manifest = load_manifest(root)
@@ -424,12 +638,14 @@ def regen(root: str | os.PathLike | None, case: str, force: bool = False, backen
     if not force and (in_problems or not report.ok):
         why = "; ".join(in_problems) if in_problems else report.summary()
         raise ComparisonError(f"regen {case}: refused without --force ({why})\n{report.table()}")
+    bits = bit_distances(old, {**new, **extra}, entry)
     tols = default_tolerances(entry["model"], entry["kind"], inputs, {**new, **extra}, outputs=new, backend=backend)
+    kept = {n: kept_fields(rec) for n, rec in {**entry["arrays"], **entry.get("intermediates", {})}.items()}
     fresh = case_entry(entry["model"], entry["kind"], entry["description"], entry["config"], entry["seed"],
-                       inputs, new, tols, extra)
+                       inputs, new, tols, extra, kept)
     write_case(root, case, fresh, None, new, manifest, extra)
     save_manifest(root, manifest)
-    return report
+    return Regenerated(report, bits)
 
 
 def retolerance(root: str | os.PathLike | None, case: str, backend: str = "numba") -> Report:
@@ -460,7 +676,7 @@ def retolerance(root: str | os.PathLike | None, case: str, backend: str = "numba
                               f"({report.summary()})\n{report.table()}")
     for section in ("arrays", "intermediates"):
         for name, rec in entry.get(section, {}).items():
-            entry[section][name] = {**{k: rec[k] for k in ("shape", "dtype", "sha256")},
+            entry[section][name] = {**{k: rec[k] for k in BYTES_FIELDS}, **kept_fields(rec),
                                     **check_tolerance(f"tolerance of '{name}'", tols[name])}
     save_manifest(root, manifest)
     return report
@@ -501,24 +717,41 @@ def export(root: str | os.PathLike | None, case: str, outdir: str | os.PathLike)
 
 
 # --- command line ------------------------------------------------------------------------------
-def _print_results(results: list[CaseResult], verbose: bool) -> bool:
+def _print_results(results: list[CaseResult], manifest: Mapping, verbose: bool, promises: bool) -> bool:
+    """The table of ``verify`` (per case with -v: the stored provenance, the comparison and every array's
+    bits); ``promises``: whether the run can be held to the ``bitwise`` promises (the numba backend).
+    Returns whether every case passed its tolerances."""
     from tabulate import tabulate
 
     rows = []
     for r in results:
         n = len(r.report.rows) if r.report else 0
         good = sum(row.ok for row in r.report.rows) if r.report else 0
-        rows.append((r.case, r.kind, f"{good}/{n}", f"{r.seconds:.2f}", "ok" if r.ok else "FAIL"))
+        rows.append((r.case, r.kind, f"{good}/{n}", f"{r.seconds:.2f}", r.status))
+    if verbose:
+        print(f"this run: {provenance_text(provenance())}\n")
     print(tabulate(rows, headers=("case", "kind", "arrays ok", "seconds", "status"), disable_numparse=True))
     for r in results:
         if verbose or not r.ok:
             print(f"\n== {r.case} ==")
+            if verbose:
+                print(f"stored by: {provenance_text(manifest['cases'][r.case].get('provenance', {}))}")
             for p in r.problems:
                 print(f"  {p}")
             if r.report is not None:
                 print(r.report)
+            if verbose and r.bits:
+                print(tabulate([(b.name, "yes" if b.promised else "no", ulp_text(b.ulp)) for b in r.bits],
+                               headers=("array", "bitwise", "stored vs new bits"), disable_numparse=True))
     failed = [r.case for r in results if not r.ok]
-    print(f"\n{len(results) - len(failed)}/{len(results)} cases ok" + (f"; FAILED: {', '.join(failed)}" if failed else ""))
+    identical = sum(r.status == "bit-identical" for r in results)
+    print(f"\n{len(results) - len(failed)}/{len(results)} cases ok, {identical} bit-identical"
+          + (f"; FAILED: {', '.join(failed)}" if failed else ""))
+    moved = [r for r in results if r.moved] if promises else []
+    if moved:
+        print(f"arrays promised bit-identical whose bits moved: {sum(len(r.moved) for r in moved)}, in "
+              f"{', '.join(r.case for r in moved)} (-v lists them): the oracle's rounding changed, or this "
+              "platform's C library computes log, exp or erf differently (docs/contract.md)")
     return not failed
 
 
@@ -535,7 +768,8 @@ def _handle_verify(args) -> int:
             print(f"{name} [{c['model']} {c['kind']}]: {c['description']}")
         return 0
     require_cases(root, manifest)
-    return 0 if _print_results(verify(root, args.cases, args.backend), args.verbose) else 1
+    results = verify(root, args.cases, args.backend)
+    return 0 if _print_results(results, manifest, args.verbose, promises=args.backend == "numba") else 1
 
 
 def _handle_regen(args) -> int:
@@ -548,11 +782,20 @@ def _handle_regen(args) -> int:
             worst = max((r.ratio or 0.0) for r in report.rows)
             print(f"{case}: tolerances rewritten (float64 policy; stored values at {worst:.1e} of them)")
             continue
-        report = regen(root, case, force=args.force, backend=args.backend)
-        print(f"{case}: rewritten" + ("" if report.ok else " (forced; differences below)"))
-        if not report.ok:
-            print(report)
+        result = regen(root, case, force=args.force, backend=args.backend)
+        print(regen_text(case, result))
+        if not result.report.ok:
+            print(result.report)
     return 0
+
+
+def regen_text(case: str, result: Regenerated) -> str:
+    """What ``regen`` did, on one line: "CASE: unchanged, ..." or "CASE: rewritten, ..." (:func:`changes_text`),
+    "(forced; differences below)" when the new values lie beyond the old tolerances."""
+    if not result.changed:
+        return f"{case}: {changes_text(result.bits)}"
+    return f"{case}: rewritten, {changes_text(result.bits)}" + ("" if result.report.ok else
+                                                               " (forced; differences below)")
 
 
 def _handle_export(args) -> int:
@@ -569,17 +812,22 @@ def register(subparsers) -> None:
 
     text = "recompute stored reference cases and compare them with their expected outputs"
     p = subparsers.add_parser("verify", help=text, description=text + "; also checks every stored array's "
-                              "SHA-256 against manifest.json (exit 0 all ok, 1 any mismatch)")
+                              "SHA-256 against manifest.json and reports each case as bit-identical or within "
+                              "tolerance (max N ulp of the stored values) (exit 0 all within tolerance, 1 any "
+                              "mismatch)")
     p.add_argument("cases", nargs="*", metavar="CASE", help="cases to verify (default all)")
     p.add_argument("--backend", choices=("numba", "numpy"), default="numba")
     p.add_argument("--list", action="store_true", help="list the cases and what they exercise, compute nothing")
-    p.add_argument("-v", "--verbose", action="store_true", help="print every case's comparison table")
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help="print every case's comparison table, each array's distance from its stored bits and "
+                        "the provenance of this run and of the stored files")
     common(p)
     p.set_defaults(func=_handle_verify)
 
     text = "recompute reference cases from their stored inputs and rewrite expected.npz and the manifest"
     p = subparsers.add_parser("regen", help=text, description=text + " (after an intended change; refused when "
-                              "values move beyond the case's tolerances unless --force)")
+                              "values move beyond the case's tolerances unless --force); prints which arrays "
+                              "changed and by how many ulp, or that none did")
     p.add_argument("cases", nargs="+", metavar="CASE")
     p.add_argument("--force", action="store_true", help="rewrite even when values change beyond tolerance")
     p.add_argument("--tolerances-only", action="store_true",

@@ -16,7 +16,7 @@ def _spec(model: str, description: str, scales: Callable, extra_kinds: dict, int
     return ModelSpec(
         name=model, description=description, inputs=contract.inputs_of(model),
         eval_outputs=contract.eval_outputs(model), train_outputs=contract.train_outputs(model),
-        trajectories=contract.trajectories(model), diagnostics=(),
+        trajectories=contract.trajectories(model), diagnostics=(), not_bitwise={},
         blocks=dict.fromkeys(contract.model_named(model).blocks, "eta"),
         evaluate=partial(contract.evaluate, model), train=partial(contract.train, model),
         timeline=partial(contract.timeline, model),

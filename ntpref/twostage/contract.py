@@ -48,6 +48,17 @@ TRAJECTORIES = tuple(f"{stage}_{key}" for stage in ("stage1", "stage2") for key 
 TRAIN_OUTPUTS = ("W_ov", "W_kq", "W_ov_star", "W_kq_star", "loss_floor") + TRAJECTORIES
 #: Train outputs an implementation need not return: the max-margin solutions and the correlations with them.
 DIAGNOSTICS = ("W_ov_star", "W_kq_star", "stage1_corr", "stage2_corr")
+#: The outputs not promised bit-identical across x86-64 CPUs, with what makes their rounding depend on the CPU
+#: (docs/contract.md, "Stored reference cases"); every other output comes from the Numba kernels and NumPy
+#: operations whose results IEEE 754 and NumPy's fixed summation order determine.
+NOT_BITWISE = {
+    "W_ov_star": "max-margin solution: E M E^T by BLAS (the closed form of orthonormal E, else the QP)",
+    "W_kq_star": "least-norm QP solver: np.linalg.norm in its rescaling, E M E^T by BLAS",
+    "stage1_norm": "np.linalg.norm (BLAS dot)",
+    "stage2_norm": "np.linalg.norm (BLAS dot)",
+    "stage1_corr": "np.vdot and np.linalg.norm (BLAS dot)",
+    "stage2_corr": "np.vdot and np.linalg.norm (BLAS dot)",
+}
 #: The trained blocks and the input holding each one's step size (stage 1: W_ov, stage 2: W_kq).
 BLOCKS = {"W_ov": "eta0", "W_kq": "eta"}
 

@@ -15,6 +15,7 @@ SPEC = ModelSpec(
     train_outputs=contract.TRAIN_OUTPUTS,
     trajectories=contract.TRAJECTORIES,
     diagnostics=contract.DIAGNOSTICS,
+    not_bitwise=contract.NOT_BITWISE,
     blocks=contract.BLOCKS,
     evaluate=partial(contract.evaluate, contract.NAME),
     train=partial(contract.train, contract.NAME),
