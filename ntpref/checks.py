@@ -6,7 +6,7 @@ signature) and raises :class:`ntpref.errors.InputError` with a message that name
 from __future__ import annotations
 
 import argparse
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 from numba import njit
@@ -182,6 +182,22 @@ def did_you_mean(name: str, choices: Iterable[str], ignore_case: bool = False) -
     by_key = {fold(c): c for c in choices}
     close = difflib.get_close_matches(fold(name), sorted(by_key), n=1)
     return f" (did you mean '{by_key[close[0]]}'?)" if close else ""
+
+
+def require_mapping(name: str, value) -> Mapping:
+    """``value`` if it is a mapping (a dict of arrays), else InputError naming ``name`` and the type given."""
+    if not isinstance(value, Mapping):
+        raise InputError(f"{name}: expected a dict of arrays (name -> array), got {type(value).__name__}")
+    return value
+
+
+def require_sequence(name: str, value, what: str = "a list") -> Sequence:
+    """``value`` if it is a list, tuple, array or other sequence (anything with a length and items but a
+    string or a mapping), else InputError naming ``name``."""
+    if isinstance(value, (str, bytes, Mapping)) or not (hasattr(value, "__len__") and hasattr(value, "__getitem__")) \
+            or (isinstance(value, np.ndarray) and value.ndim == 0):
+        raise InputError(f"{name}: expected {what}, got {type(value).__name__}")
+    return value
 
 
 def check_names(arrays: Mapping, required: Iterable[str], optional: Iterable[str] = (), what: str = "input",

@@ -403,3 +403,27 @@ def test_x_in_the_n_d_T_layout_is_said_to_look_transposed(tmp_path, capsys, make
                           f"X looks transposed: the parameters fit tokens of dimension {d} = X.shape[1]",
                           "X.transpose(0, 2, 1)")
     assert err.count("X looks transposed") == 1
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: __import__("ntpref").twostage.Dataset.from_sentences(5, [1], K=3),
+     "sentences: expected a list of token-id lists, got int"),
+    (lambda: __import__("ntpref").twostage.Dataset.from_sentences([[1, "a"]], [1], K=3),
+     r"array 'sentences\[0\]': expected integers"),
+    (lambda: __import__("ntpref.oracle.contract").oracle.contract.evaluate(None),
+     r"inputs: expected a dict of arrays \(name -> array\), got NoneType"),
+    (lambda: __import__("ntpref.oracle.compare").oracle.compare.compare_arrays(None, {}),
+     "expected: expected a dict of arrays"),
+])
+def test_wrong_python_types_are_input_errors_naming_the_argument(call, message):
+    """The Python API answers a wrong type with an InputError naming the argument, not a raw TypeError."""
+    with pytest.raises(InputError, match=message):
+        call()
+
+
+def test_train_without_parameter_blocks_is_an_input_error():
+    from ntpref import shallow
+
+    X = np.random.default_rng(0).standard_normal((4, 3, 2))
+    with pytest.raises(InputError, match=r"params: expected the parameter blocks \(c, U, W\), got NoneType"):
+        shallow.train(shallow.prepare(X, np.zeros(4)), None, eta=0.1, steps=1)

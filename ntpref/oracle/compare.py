@@ -37,7 +37,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..checks import did_you_mean
+from ..checks import did_you_mean, require_mapping
 from ..errors import InputError
 from ..jsonio import load_json
 
@@ -102,10 +102,13 @@ def _is_exact(bounds: Mapping) -> bool:
 
 
 def _bounds_text(b: Mapping) -> str:
-    if _is_exact(b):
+    """The bounds as text; an atol of the smallest subnormal (the policy's floor: only -0.0 and 0.0 agree
+    beyond the other bounds) shows as no atol, and bounds of that alone as "exact"."""
+    tiny = float(np.finfo(np.float64).smallest_subnormal)
+    if _is_exact(b) or (b["atol"] == tiny and not any(b[k] for k in _BOUND_KEYS if k != "atol")):
         return "exact"
     parts = [f"rtol {b['rtol']:.0e}"] if b["rtol"] else []
-    if b["atol"]:
+    if b["atol"] and b["atol"] != tiny:
         parts.append(f"atol {b['atol']:.0e}")
     if b["atol_per_step"]:
         parts.append(f"+{b['atol_per_step']:.0e}·t")
@@ -225,9 +228,10 @@ def _nonfinite(x: np.ndarray, label: str) -> str:
     return f"{label} holds {what} at index {_index(bad)}{more}"
 
 
-def _allowed(e: np.ndarray, tol: Mapping) -> np.ndarray:
-    """Per-element bound atol + atol_per_step·t + atol_max_scale·max|e| + rtol·|e| (head bounds on the
-    first n rows), in e's dtype."""
+def element_bounds(e: np.ndarray, tol: Mapping) -> np.ndarray:
+    """The bound every element of an array must meet against the expected array ``e``, the same shape:
+    atol + atol_per_step·t + atol_max_scale·max|e| + rtol·|e| (t: the element's index along axis 0; head
+    bounds on the first n rows), in e's dtype. ``tol`` is a validated tolerance (:func:`check_tolerance`)."""
     mag = np.abs(e)
     scale = np.max(mag[np.isfinite(mag)], initial=0.0)
     t = np.arange(e.shape[0], dtype=e.dtype).reshape((-1,) + (1,) * (e.ndim - 1)) if e.ndim else np.zeros((), e.dtype)
@@ -281,7 +285,7 @@ def compare_one(name: str, expected: np.ndarray, actual: np.ndarray, tol: Mappin
         note = f"{int(bad.sum())} entries differ" if bad.any() else ""
     else:
         with np.errstate(invalid="ignore", over="ignore"):
-            allowed = _allowed(e, tol)
+            allowed = element_bounds(e, tol)
         bad = ~(diff <= allowed)
         with np.errstate(divide="ignore", invalid="ignore"):
             ratio = float(np.where(diff == 0, 0.0, np.where(allowed > 0, diff / allowed, np.inf)).max(initial=0.0))
@@ -303,6 +307,8 @@ def compare_arrays(expected: Mapping[str, np.ndarray], actual: Mapping[str, np.n
     labels: how the two sides are called in the report.
     Returns a :class:`Report`; nothing is raised for a failed comparison.
     """
+    require_mapping(labels[0], expected)
+    require_mapping(labels[1], actual)
     tolerances = dict(tolerances or {})
     default = check_tolerance("default tolerance", default) if default is not None else EXACT
     if names is None:

@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 
-from ..checks import as_scalar, check_backend, require_finite
+from ..checks import as_scalar, check_backend, require_finite, require_mapping
 from ..errors import InputError, NtprefError
 from ..models import NAMES, spec_named
 from ..progress import silent
@@ -20,6 +20,7 @@ from ..spec import ModelSpec
 
 def model_of(arrays: Mapping[str, np.ndarray]) -> ModelSpec:
     """The specification of the model an input names in its 0-d string array ``model``."""
+    require_mapping("inputs", arrays)
     if "model" not in arrays:
         raise InputError("missing array 'model' (a 0-d string: " + " | ".join(f'"{m}"' for m in NAMES) + ")")
     name = as_scalar("model", arrays["model"], kind="str")

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..checks import as_scalar, check_backend, step_set
+from ..checks import as_scalar, check_backend, require_sequence, step_set
 from ..errors import InputError, NonFiniteError
 from ..progress import silent
 from . import indrnn
@@ -134,6 +134,7 @@ def train(data, params: Sequence[np.ndarray], *, eta, steps, rho=None, batch_siz
     if data.y is None:
         raise InputError("array 'y': training needs targets y [n]")
     n = data.X.shape[0]
+    require_sequence("params", params, f"the parameter blocks ({', '.join(spec.blocks)})")
     if len(params) != len(spec.blocks):
         raise InputError(f"model {spec.name!r}: expected {len(spec.blocks)} parameter blocks "
                          f"({', '.join(spec.blocks)}), got {len(params)}")

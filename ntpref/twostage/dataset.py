@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..checks import as_float, as_int
+from ..checks import as_float, as_int, require_sequence
 from ..errors import InputError
 
 
@@ -142,12 +142,16 @@ class Dataset:
             raise InputError("give exactly one of K (one-hot embeddings) or E")
         if E is None:
             E = np.eye(int(K))
+        require_sequence("sentences", sentences, "a list of token-id lists")
         if len(sentences) == 0:
             raise InputError("array 'tokens': empty dataset")
+        for i, s in enumerate(sentences):
+            require_sequence(f"sentences[{i}]", s, "a list of token ids")
         lengths = np.array([len(s) for s in sentences], dtype=np.int64)
         tokens = np.full((len(sentences), max(int(lengths.max()), 1)), -1, dtype=np.int64)
         for i, s in enumerate(sentences):
-            tokens[i, : len(s)] = np.asarray(s, dtype=np.int64)
+            if len(s):                          # an empty sentence is the Dataset's to refuse
+                tokens[i, : len(s)] = as_int(f"sentences[{i}]", s, (len(s),))
         return cls(tokens, lengths, np.asarray(targets, dtype=np.int64), E, succ)
 
 
