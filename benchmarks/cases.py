@@ -16,7 +16,7 @@ import numpy as np
 from ntpref import bench
 
 
-def scaling_cases(points: int = 4) -> list[bench.Case]:
+def scaling_cases(points: int = 4) -> list[bench.BenchCase]:
     """Scaling series: each listed size doubled ``points`` − 1 times from a base case."""
     doubling = [2 ** k for k in range(points)]
     return ([bench.case("shallow", "n", n=500 * f) for f in doubling]
@@ -28,7 +28,7 @@ def scaling_cases(points: int = 4) -> list[bench.Case]:
             + [bench.case("twostage", "N", N=200 * f) for f in doubling])
 
 
-def flops(case: bench.Case, inputs: dict) -> float:
+def flops(case: bench.BenchCase, inputs: dict) -> float:
     """Stated flop count of one loss-and-gradient step of ``case`` on ``inputs`` (module docstring)."""
     s = case.size
     if case.model == "shallow":

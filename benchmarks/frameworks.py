@@ -15,7 +15,7 @@ the result is blocked on before the clock stops.
 """
 from __future__ import annotations
 
-from ntpref.bench import Case
+from ntpref.bench import BenchCase
 
 from .timing import Implementation
 
@@ -32,7 +32,7 @@ def torch_implementations() -> list[Implementation]:
     from examples.adapters import torch_restatement as tr
 
     def setup(dtype):
-        def make(case: Case, inputs: dict):
+        def make(case: BenchCase, inputs: dict):
             if case.model == "twostage":
                 ds = inputs["ds"]
                 data = tr.Sentences(torch.tensor(ds.E, dtype=dtype), ds.tokens, ds.lengths, ds.targets)
@@ -68,7 +68,7 @@ def jax_implementations() -> list[Implementation]:
     twostage_grad = jax.jit(jax.value_and_grad(jx.twostage_loss, argnums=(0, 1), has_aux=True))
     shallow_grad = jax.jit(jax.value_and_grad(jx.mse, argnums=3, has_aux=True), static_argnums=0)
 
-    def make(case: Case, inputs: dict):
+    def make(case: BenchCase, inputs: dict):
         if case.model == "twostage":
             ds = inputs["ds"]
             data = jx.sentences({"E": ds.E, "tokens": ds.tokens, "lengths": ds.lengths, "targets": ds.targets})

@@ -55,7 +55,7 @@ def ntpref_implementations(numpy: bool = True) -> list[Implementation]:
     return impls
 
 
-def run(implementations: Sequence[Implementation], cases: Sequence[bench.Case], threads: Sequence[int] = (1, 2),
+def run(implementations: Sequence[Implementation], cases: Sequence[bench.BenchCase], threads: Sequence[int] = (1, 2),
         repeats: int = 7, warmup: int = 2, seed: int = 0, max_seconds: float = 60.0,
         progress: Callable[[str], None] | None = None) -> list[Timing]:
     """Time every implementation on every case for every thread count, the implementations of one case and

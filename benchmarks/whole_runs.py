@@ -48,7 +48,7 @@ def _bits(result) -> bytes:
     return np.ascontiguousarray(result, dtype=np.float64).tobytes()
 
 
-def thread_determinism(cases: Sequence[bench.Case], threads: Sequence[int] = (1, 2), seed: int = 0) -> dict:
+def thread_determinism(cases: Sequence[bench.BenchCase], threads: Sequence[int] = (1, 2), seed: int = 0) -> dict:
     """{case label: True when the ntpref numba step gives bitwise the same loss and gradients for every
     thread count in ``threads``}."""
     out = {}

@@ -23,7 +23,7 @@ SHORT_STEP = 0.02   # seconds; see :func:`time_steps`
 
 
 @dataclass
-class Case:
+class BenchCase:
     """A model at one size (its specification's ``bench.size`` with changes), its label (``shallow n=4000
     d=8 T=16 m=64``) and the size a scaling series varies (None for a paper case)."""
 
@@ -33,25 +33,25 @@ class Case:
     series: str | None = None
 
 
-def case(model: str, series: str | None = None, **sizes) -> Case:
+def case(model: str, series: str | None = None, **sizes) -> BenchCase:
     """``model`` at its paper size with ``sizes`` changed, e.g. ``case("shallow", m=256)``."""
     bench = spec_named(model).bench
     size = {**bench.size, **sizes}
-    return Case(model, size, f"{model} " + " ".join(f"{k}={size[k]}" for k in bench.label_keys), series)
+    return BenchCase(model, size, f"{model} " + " ".join(f"{k}={size[k]}" for k in bench.label_keys), series)
 
 
-def paper_cases(models: Sequence[str] = NAMES) -> list[Case]:
+def paper_cases(models: Sequence[str] = NAMES) -> list[BenchCase]:
     """The papers' sizes of ``models`` and the variants each specification times beside them (twostage K = 20,
     N = 200; shallow n = 4000, d = 8, T = 16, m = 64, also m = 256 and T = 64; indrnn d = 17, T = 97)."""
     return [case(name, **v) for name in check_models(models) for v in ({}, *SPECS[name].bench.variants)]
 
 
-def make_inputs(case: Case, seed: int = 0) -> dict:
+def make_inputs(case: BenchCase, seed: int = 0) -> dict:
     """Random inputs of the case (its specification's ``bench.inputs``)."""
     return spec_named(case.model).bench.inputs(case.size, seed)
 
 
-def ntpref_step(case: Case, inputs: dict, backend: str = "numba") -> Callable[[], object]:
+def ntpref_step(case: BenchCase, inputs: dict, backend: str = "numba") -> Callable[[], object]:
     """A zero-argument call of ntpref's ``loss_and_grad`` on the case's inputs (data prepared here, once)."""
     return spec_named(case.model).bench.step(inputs, backend)
 
