@@ -6,6 +6,13 @@ written from docs/twostage.md and docs/shallow.md, sharing no code with the NumP
     train(arrays, as_float=True) -> dict[str, np.ndarray]        the outputs of ``ntpref train`` (two-stage:
                                                                  without the max-margin solutions and
                                                                  correlations)
+    compute(kind, arrays, as_float=True) -> dict[str, np.ndarray]
+        everything it computes of a stored case of kind "eval" | "train" | "ntk" (the shallow
+        transformer's NTK Gram matrix): the outputs and the intermediates kept beside them
+
+Each model's module (:data:`MODELS`) also lists ``KINDS`` and ``INTERMEDIATES`` (kind → function),
+``STEPS`` (the inputs counting a train run's updates), ``NOT_COMPUTED`` (the oracle's outputs it does not
+compute, name → why) and ``IGNORED`` (the inputs it does not read, name → what it does instead).
 
 ``arrays`` is the input dict of :func:`ntpref.oracle.contract.evaluate` / ``train`` (a 0-d string
 ``model`` and the model's arrays), expected to be valid (the oracle validates it). The outputs have the
@@ -42,3 +49,14 @@ def train(arrays: Mapping[str, np.ndarray], as_float: bool = True) -> dict[str, 
     """The outputs of ``ntpref train`` for an input dict (docs/contract.md), in multiprecision: two-stage
     W_ov, W_kq, stage1_/stage2_ loss and norm, loss_floor; shallow and IndRNN every output."""
     return _module(arrays).train(arrays, as_float)
+
+
+def compute(kind: str, arrays: Mapping[str, np.ndarray], as_float: bool = True) -> dict[str, np.ndarray]:
+    """Every value the exact backend computes for a case of ``kind`` ("eval" | "train" | a model's extra kind,
+    "ntk" of the shallow transformer): the outputs, then the intermediates stored beside them (the shallow
+    transformer's head_s, head_a, head_MU of an eval or ntk case). InputError for a kind the model lacks."""
+    module = _module(arrays)
+    if kind not in module.KINDS:
+        raise InputError(f"kind must be one of {', '.join(module.KINDS)} for this model, got {kind!r}")
+    extra = module.INTERMEDIATES[kind](arrays, as_float) if kind in module.INTERMEDIATES else {}
+    return {**module.KINDS[kind](arrays, as_float), **extra}

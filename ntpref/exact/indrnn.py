@@ -72,3 +72,14 @@ def evaluate(arrays, as_float: bool = True) -> dict[str, np.ndarray]:
 def train(arrays, as_float: bool = True) -> dict[str, np.ndarray]:
     """``ntpref train`` of an IndRNN input (ProjGD / ProjSGD of :func:`ntpref.exact.shallow.train_model`)."""
     return train_model(MODEL, arrays, as_float)
+
+
+#: kind of case → its outputs (arrays, as_float) → dict.
+KINDS = {"eval": evaluate, "train": train}
+#: kind of case → the intermediates stored beside its outputs (none for the IndRNN).
+INTERMEDIATES: dict = {}
+#: The inputs counting a train run's updates.
+STEPS = ("steps",)
+#: Outputs of the oracle the exact backend does not compute (name → why), and inputs it does not read.
+NOT_COMPUTED: dict[str, str] = {}
+IGNORED: dict[str, str] = {}

@@ -13,6 +13,11 @@ Per sample X and head i (keys t = 1..T, or 1..T−1 with mask_last_key):
     f = m^{−1/2} Σ_i c_i σ(s_i),    loss = (κ/2n) Σ_j (f_j − y_j)²,   g_j = κ (f_j − y_j)/n
     e_ji = g_j c_i σ'(s_ji)/√m,   ∂L/∂c_i = m^{−1/2} Σ_j g_j σ(s_ji),   ∂L/∂U_i = Σ_j e_ji a_ji
     ∂L/∂W_i = τ_att^{−1} Σ_j e_ji (M_ji U_i) q_jᵀ,   M U = Σ_t α_t x_t (x_tᵀ U − s)
+
+The stored kind "ntk" (§4): the finite-width NTK Gram matrix K_jl = ⟨∇_θ f_j, ∇_θ f_l⟩ over every
+parameter of every head, from the gradient of f alone (§2):
+
+    ∂f/∂c_i = σ(s_i)/√m,   ∂f/∂U_i = c_i σ'(s_i) a_i/√m,   ∂f/∂W_i = c_i σ'(s_i) (M_i U_i) qᵀ/(τ_att √m)
 """
 from __future__ import annotations
 
@@ -23,7 +28,7 @@ import mpmath
 import numpy as np
 
 from ..checks import as_scalar
-from .arith import activation, add_outer, combine, matvec, norm, option, precision, softmax, to_mp, \
+from .arith import activation, add_outer, combine, flatten, matvec, norm, option, precision, softmax, to_mp, \
     to_numpy, zeros
 
 
@@ -101,16 +106,23 @@ def head(keys: list, q: list, U_i: list, W_i: list, tau) -> tuple:
     return s, a, [mpmath.fdot(col, gamma) for col in columns]
 
 
+def head_states(data: Samples, U: list, W: list) -> list:
+    """Per sample j and head i the (s, a [d], M U [d]) of :func:`head` over the sample's keys (every row,
+    or every row but the query with mask_last_key): [n][m] triples."""
+    out = []
+    for Xj in data.X:
+        keys = Xj[:-1] if data.mask_last_key else Xj
+        out.append([head(keys, Xj[-1], U_i, W_i, data.tau_att) for U_i, W_i in zip(U, W, strict=True)])
+    return out
+
+
 def loss_and_grad(data: Samples, params: tuple) -> Evaluation:
     """f, loss and (∂L/∂c [m], ∂L/∂U [m][d], ∂L/∂W [m][d][d]) by the closed forms of §2 (module
     docstring)."""
     c, U, W = params
     m, d = len(c), len(U[0])
     sigma, dsigma = data.sigma
-    states = []                                                             # per sample, per head: (s, a, MU)
-    for Xj in data.X:
-        keys = Xj[:-1] if data.mask_last_key else Xj
-        states.append([head(keys, Xj[-1], U[i], W[i], data.tau_att) for i in range(m)])
+    states = head_states(data, U, W)
     h = [[sigma(s) for s, _, _ in sj] for sj in states]
     f = readout(c, h)
     loss, g = squared_loss(f, data.y, data.kappa)
@@ -122,6 +134,23 @@ def loss_and_grad(data: Samples, params: tuple) -> Evaluation:
             grad_U[i] = combine(grad_U[i], a, e)
             add_outer(grad_W[i], e / data.tau_att, MU, Xj[-1])              # e_ji (M_ji U_i) q_jᵀ / τ
     return Evaluation(f, loss, (grad_readout(g, h), grad_U, grad_W))
+
+
+def f_gradients(data: Samples, params: tuple) -> list:
+    """Per sample j the gradient of f_j alone (module docstring), shaped like the blocks:
+    (∂f_j/∂c [m], ∂f_j/∂U [m][d], ∂f_j/∂W [m][d][d])."""
+    c, U, W = params
+    sigma, dsigma = data.sigma
+    scale = 1 / mpmath.sqrt(len(c))
+    out = []
+    for Xj, sj in zip(data.X, head_states(data, U, W), strict=True):
+        q = Xj[-1]
+        grad_c = [sigma(s) * scale for s, _, _ in sj]
+        e = [c_i * dsigma(s) * scale for c_i, (s, _, _) in zip(c, sj)]          # c_i σ'(s_i)/√m
+        grad_U = [[e_i * ak for ak in a] for e_i, (_, a, _) in zip(e, sj)]
+        grad_W = [[[e_i / data.tau_att * mk * ql for ql in q] for mk in MU] for e_i, (_, _, MU) in zip(e, sj)]
+        out.append((grad_c, grad_U, grad_W))
+    return out
 
 
 def params_of(model: Model, arrays) -> tuple:
@@ -194,6 +223,26 @@ def train_model(model: Model, arrays, as_float: bool = True) -> dict[str, np.nda
         return {k: to_numpy(v, as_float) for k, v in out.items()}
 
 
+def ntk(arrays, as_float: bool = True) -> dict[str, np.ndarray]:
+    """The stored kind "ntk" of a transformer input (X, c, U, W and the options, no targets): gram [n, n],
+    K_jl = ⟨∇_θ f_j, ∇_θ f_l⟩, the dot product of the tangent features of :func:`f_gradients` over every
+    entry of every block."""
+    with precision():
+        data = samples(arrays)
+        features = [flatten(list(g)) for g in f_gradients(data, params_of(MODEL, arrays))]
+        return {"gram": to_numpy([[mpmath.fdot(a, b) for b in features] for a in features], as_float)}
+
+
+def head_state_outputs(arrays, as_float: bool = True) -> dict[str, np.ndarray]:
+    """The head states the stored eval and ntk cases keep beside their outputs: head_s [n, m] (s_i),
+    head_a [n, m, d] (a_i) and head_MU [n, m, d] (M_i U_i) of :func:`head_states`."""
+    with precision():
+        states = head_states(samples(arrays), to_mp(arrays["U"]), to_mp(arrays["W"]))
+        out = {name: [[state[k] for state in sj] for sj in states]
+               for k, name in enumerate(("head_s", "head_a", "head_MU"))}
+        return {k: to_numpy(v, as_float) for k, v in out.items()}
+
+
 MODEL = Model("shallow", ("c", "U", "W"), "W", samples, loss_and_grad)
 
 
@@ -205,3 +254,14 @@ def evaluate(arrays, as_float: bool = True) -> dict[str, np.ndarray]:
 def train(arrays, as_float: bool = True) -> dict[str, np.ndarray]:
     """``ntpref train`` of a transformer input (:func:`train_model` of :data:`MODEL`)."""
     return train_model(MODEL, arrays, as_float)
+
+
+#: kind of case → its outputs (arrays, as_float) → dict.
+KINDS = {"eval": evaluate, "train": train, "ntk": ntk}
+#: kind of case → the intermediates stored beside its outputs.
+INTERMEDIATES = {"eval": head_state_outputs, "ntk": head_state_outputs}
+#: The inputs counting a train run's updates.
+STEPS = ("steps",)
+#: Outputs of the oracle the exact backend does not compute (name → why), and inputs it does not read.
+NOT_COMPUTED: dict[str, str] = {}
+IGNORED: dict[str, str] = {}

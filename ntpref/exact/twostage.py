@@ -187,3 +187,21 @@ def _stage(W: list, steps: int, eta, evaluate_at, grad: str) -> tuple[list, list
         if t < steps:
             W = ngd_step(W, getattr(ev, grad), eta)
     return W, losses, norms
+
+
+#: kind of case → its outputs (arrays, as_float) → dict.
+KINDS = {"eval": evaluate, "train": train}
+#: kind of case → the intermediates stored beside its outputs (none for the two-stage model).
+INTERMEDIATES: dict = {}
+#: The inputs counting a train run's updates: stage 1, stage 2.
+STEPS = ("T0", "T")
+_MAX_MARGIN = ("a max-margin solution: the output of a QP solver, certified by its own duality gap "
+               "(docs/twostage.md §5), not an equation this backend evaluates")
+#: Outputs of the oracle the exact backend does not compute (name → why).
+NOT_COMPUTED = {"W_ov_star": _MAX_MARGIN, "W_kq_star": _MAX_MARGIN,
+                "stage1_corr": "the correlation of each iterate with the max-margin solution W_ov_star",
+                "stage2_corr": "the correlation of each iterate with the max-margin solution W_kq_star"}
+#: Inputs the exact backend does not read (name → what it does instead).
+IGNORED = {"direction": "the exact run steps along the exact normalized gradient G/‖G‖_F; the oracle's float64 "
+                        "direction ('stable' in log scale, or 'naive') approximates it, and the case's tolerance "
+                        "bounds that approximation (docs/tolerance.md, accuracy of the NGD direction)"}

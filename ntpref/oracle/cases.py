@@ -88,8 +88,10 @@ class Case:
 
 
 # --- stored cases -----------------------------------------------------------------------------------
-def stored_cases(models: Iterable[str] | None = None, root: str | os.PathLike | None = None) -> list[Case]:
-    """The stored reference cases of kind eval and train of ``models`` (ntk cases take no adapter).
+def stored_cases(models: Iterable[str] | None = None, root: str | os.PathLike | None = None,
+                 kinds: Iterable[str] = KINDS) -> list[Case]:
+    """The stored reference cases of ``kinds`` (default eval and train: the extra kinds, "ntk", take no
+    adapter) of ``models``.
 
     root: a reference directory (default :func:`ntpref.oracle.reference.default_root`); one without cases
     is an InputError, as for ``ntpref verify``. A file that does not match the manifest is an InputError
@@ -102,7 +104,7 @@ def stored_cases(models: Iterable[str] | None = None, root: str | os.PathLike | 
     require_cases(root, manifest)
     out = []
     for name, entry in manifest["cases"].items():
-        if entry["model"] in models and entry["kind"] in KINDS:
+        if entry["model"] in models and entry["kind"] in kinds:
             out.append(Case(name, entry["model"], entry["kind"], "stored", entry.get("description", ""),
                             _stored_loader(root, name, entry), tolerances_of(entry)))
     return out

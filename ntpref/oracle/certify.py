@@ -1,46 +1,67 @@
-"""``ntpref certify``: the oracle's float64 ``eval`` outputs measured against the exact backend
-(:mod:`ntpref.exact`, docs/exact.md).
+"""``ntpref certify``: the oracle's float64 outputs measured against the exact backend (:mod:`ntpref.exact`,
+docs/exact.md), for cases of every kind: eval, train (every logged step of every trajectory, and the final
+iterates) and the shallow transformer's stored NTK Gram matrix.
 
-For every eval case and every output array Q, with Q̂ the oracle's float64 result and Q the
-multiprecision value (50 digits, taken unrounded),
+A case is run twice from the same float64 inputs: by the oracle (``reference.compute`` of its kind with the
+chosen backend, plus the intermediates its stored case keeps: ``reference.intermediates``) and by
+``ntpref.exact.compute`` (mpmath, 50 digits). For every array Q both compute, with Q̂ the oracle's value
+and Q the multiprecision one (unrounded), elementwise
 
-    err = max |Q̂ − Q|,   units = err / (u · max |Q|)  (u = 2⁻⁵³),   ratio = err / atol
+    err_k = |Q̂_k − Q_k|,   bound_k = atol + atol_per_step·t + atol_max_scale·max|Q| + rtol·|Q_k|
 
-where atol is the case's float64 tolerance (``case.tolerances("float64")[name]["atol"]``, the policy of
-docs/tolerance.md, which every correct float64 implementation must meet). The oracle is certified on a
-case when every ratio is ≤ 1. ``units`` says how many roundings of the array's largest entry the error
-is worth; an array that is exactly 0 in exact arithmetic (f at the paired initialisation) has units 0
-when the oracle returns exact zeros, and inf otherwise.
+where t is the element's index along axis 0 (the step of a trajectory) and the tolerance dict is the
+case's float64 one (``case.tolerances("float64")``, the policy of docs/tolerance.md), applied by
+:func:`ntpref.oracle.compare.element_bounds`, the bound ``ntpref compare`` applies. Per array it reports
+
+    err = max_k err_k,   units = err / (u · max|Q|)  (u = 2⁻⁵³),   ratio = max_k err_k / bound_k
+
+and the element ``at`` where the ratio is largest (for a trajectory, ``at[0]`` is the step). The oracle is
+certified on a case when every ratio is ≤ 1. ``units`` is how many roundings of the array's largest entry
+the error is worth: 0 when the oracle is exact, inf for an error on an array that is exactly 0.
+
+Outputs of the oracle the exact backend does not compute (the two-stage max-margin solutions and the
+correlations with them) are listed per case as not certified, with the reason; inputs it does not read
+(the two-stage ``direction``: the exact run follows the exact normalized gradient, which every float64
+direction approximates within the case's tolerance) are named in the case's notes.
+
+``steps``: a train case is cut to at most that many updates per stage (``T0``, ``T``, ``steps``), and its
+tolerances are then the float64 policy's for the cut input (:func:`truncated`).
 
 The exact backend needs mpmath (a test dependency of ntpref); it is imported when a certification runs.
 """
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+import time
+from collections.abc import Iterable, Mapping
 from typing import NamedTuple
 
 import numpy as np
 
 from ..checks import check_backend, did_you_mean, integer_at_least
 from ..errors import InputError
-from . import contract
-from .cases import DEFAULT_RANDOM, Case, random_cases, stored_cases
+from ..rounding import U
+from .cases import DEFAULT_RANDOM, TRAJECTORIES, Case, random_cases, stored_cases
+from .compare import check_tolerance, element_bounds
+from .reference import KINDS
 
-#: Unit roundoff of float64.
-U = 2.0 ** -53
+_NOT_COMPUTED = "not computed by the exact backend"
 
 
 class Row(NamedTuple):
-    """One array of one case: the oracle's largest error ``err``, ``scale`` = max |Q| of the exact values,
-    and the case's float64 ``atol``."""
+    """One array of one case (module docstring): ``err`` = max |Q̂ − Q|, ``scale`` = max |Q|, ``ratio`` = the
+    largest err_k / bound_k, ``bound`` = bound_k at the element ``at`` where it is reached (its index;
+    ``()`` for a 0-d array); ``trajectory``: a per-step log, whose ``at[0]`` is the step."""
 
     case: str
     model: str
     name: str
     err: float
     scale: float
-    atol: float
+    ratio: float
+    bound: float
+    at: tuple
+    trajectory: bool
 
     @property
     def units(self) -> float:
@@ -48,48 +69,121 @@ class Row(NamedTuple):
         return 0.0 if self.err == 0 else (self.err / (U * self.scale) if self.scale > 0 else math.inf)
 
     @property
-    def ratio(self) -> float:
-        """err / atol."""
-        return self.err / self.atol
+    def ok(self) -> bool:
+        return self.ratio <= 1.0
+
+    @property
+    def where(self) -> str:
+        """Where the largest err/tol is: "step t" for a trajectory, the index "(i, j)" of another array, ""
+        for a 0-d array or one without error."""
+        if self.ratio == 0:
+            return ""
+        if self.trajectory:
+            return f"step {self.at[0]}"
+        return str(self.at) if self.at else ""
+
+    def line(self, width: int = 0) -> str:
+        """``case  array  err E = N u·max|Q|  err/tol R at WHERE  ok|FAIL``, the case padded to ``width``."""
+        return (f"{self.case:<{width}}  {self.name:<11}  err {self.err:.2e} = {self.units:7.3g} u·max|Q|  "
+                f"err/tol {self.ratio:.2e}{' at ' + self.where if self.where else ''}  "
+                f"{'ok' if self.ok else 'FAIL'}")
+
+    def record(self) -> dict:
+        """JSON-ready: err, scale, units, ratio, bound (None for an infinite value), at (a list)."""
+        def finite(x):
+            return x if math.isfinite(x) else None
+        return {"err": self.err, "scale": self.scale, "units": finite(self.units), "ratio": finite(self.ratio),
+                "bound": self.bound, "at": list(self.at)}
+
+
+class CaseResult(NamedTuple):
+    """The certification of one case: its ``case`` id, ``model``, ``kind``, the oracle's ``backend``,
+    ``steps`` (the cut of a train case, None for the whole run), one :class:`Row` per certified array (in
+    the oracle's output order), ``not_certified`` (name → why, the oracle's outputs the exact backend does
+    not compute), ``notes`` (inputs the exact backend does not read, and what it does instead) and
+    ``seconds``, the exact backend's run time."""
+
+    case: str
+    model: str
+    kind: str
+    backend: str
+    steps: int | None
+    rows: tuple
+    not_certified: dict
+    notes: tuple
+    seconds: float
 
     @property
     def ok(self) -> bool:
-        return self.err <= self.atol
+        return all(row.ok for row in self.rows)
 
-    def line(self, width: int = 0) -> str:
-        """``case  array  err E = N u·max|Q| = R atol  ok|FAIL``, the case name padded to ``width``."""
-        return (f"{self.case:<{width}}  {self.name:<10}  err {self.err:.2e} = {self.units:7.3g} u·max|Q| = "
-                f"{self.ratio:.2e} atol  {'ok' if self.ok else 'FAIL'}")
+    def lines(self, width: int = 0) -> list[str]:
+        """A header (kind, cut, run time), the notes, one line per row, the not-certified outputs."""
+        cut = f", at most {self.steps} updates per stage" if self.steps is not None else ""
+        out = [f"{self.case:<{width}}  [{self.kind}{cut}, {self.backend}; exact backend {self.seconds:.1f} s]"]
+        out += [f"{self.case:<{width}}  note: {note}" for note in self.notes]
+        out += [row.line(width) for row in self.rows]
+        by_reason: dict[str, list[str]] = {}
+        for name, reason in self.not_certified.items():
+            by_reason.setdefault(reason, []).append(name)
+        out += [f"{self.case:<{width}}  not certified: {', '.join(names)} ({reason})"
+                for reason, names in by_reason.items()]
+        return out
+
+    def record(self) -> dict:
+        """JSON-ready, for storing beside a case: {"kind", "backend", "steps", "seconds", "arrays": {name:
+        :meth:`Row.record`}, "not_certified": {name: why}, "notes": [...]}."""
+        return {"kind": self.kind, "backend": self.backend, "steps": self.steps, "seconds": self.seconds,
+                "arrays": {row.name: row.record() for row in self.rows}, "not_certified": dict(self.not_certified),
+                "notes": list(self.notes)}
 
 
 class Report(list):
-    """The :class:`Row` of every array of every certified case, in case order."""
+    """The :class:`CaseResult` of every certified case, in case order."""
+
+    @property
+    def rows(self) -> list[Row]:
+        return [row for result in self for row in result.rows]
 
     @property
     def ok(self) -> bool:
-        return all(row.ok for row in self)
+        return all(result.ok for result in self)
+
+    def records(self) -> dict[str, dict]:
+        """case id → :meth:`CaseResult.record`, JSON-ready (what a manifest writer stores per case)."""
+        return {result.case: result.record() for result in self}
 
     def worst(self) -> dict[tuple[str, str], tuple[Row, Row]]:
-        """(model, array) → (the row of the largest err/atol, the row of the largest err/(u·max|Q|)) over
+        """(model, array) → (the row of the largest err/tol, the row of the largest err/(u·max|Q|)) over
         the cases."""
         out = {}
-        for row in self:
+        for row in self.rows:
             by_ratio, by_units = out.get((row.model, row.name), (row, row))
             out[(row.model, row.name)] = (max(by_ratio, row, key=lambda r: r.ratio),
                                           max(by_units, row, key=lambda r: r.units))
         return out
 
-    def __str__(self) -> str:
-        width = max((len(row.case) for row in self), default=0)
-        lines = [row.line(width) for row in self]
-        lines.append("largest per model and array:")
-        lines += [f"  {model:<8}  {name:<10}  err/atol {r.ratio:.2e} ({r.case}),  "
-                  f"err {w.units:.3g} u·max|Q| ({w.case})" for (model, name), (r, w) in self.worst().items()]
-        failed = sum(not row.ok for row in self)
-        cases = len({row.case for row in self})
-        lines.append(f"{len(self)} arrays of {cases} cases: " +
-                     (f"{failed} beyond atol" if failed else "every error within the float64 tolerance"))
+    def summary(self) -> str:
+        """The largest err/tol (and where) and units per model and array, the outputs not certified, the
+        verdict."""
+        lines = ["largest per model and array:"]
+        lines += [f"  {model:<8}  {name:<11}  err/tol {r.ratio:.2e} ({r.case}{', ' + r.where if r.where else ''}),"
+                  f"  err {w.units:.3g} u·max|Q| ({w.case})" for (model, name), (r, w) in self.worst().items()]
+        missing = {}
+        for result in self:
+            missing.setdefault(result.model, {}).update(dict.fromkeys(result.not_certified))
+        lines += [f"not certified ({model}): {', '.join(names)}" for model, names in missing.items() if names]
+        failed = [row for row in self.rows if not row.ok]
+        lines.append(f"{len(self.rows)} arrays of {len(self)} cases: " + (
+            f"{len(failed)} beyond their float64 tolerance: " + ", ".join(f"{r.case} {r.name}"
+                                                                          f"{' ' + r.where if r.where else ''}"
+                                                                          for r in failed)
+            if failed else "every error within its float64 tolerance"))
         return "\n".join(lines)
+
+    def __str__(self) -> str:
+        width = max((len(result.case) for result in self), default=0)
+        return "\n".join([line for result in self for line in result.lines(width)] + [self.summary()])
 
 
 def _exact():
@@ -102,65 +196,135 @@ def _exact():
     return exact
 
 
-def errors(actual: np.ndarray, exact_values: np.ndarray) -> tuple[float, float]:
-    """(max |actual − exact|, max |exact|) of a float64 array against an object array of mpf of the same
-    shape; the differences are formed from the unrounded mpf values."""
+def measure(actual: np.ndarray, exact_values: np.ndarray, tol: Mapping) -> tuple[float, float, float, float, tuple]:
+    """(err, scale, ratio, bound, at) of a float64 array against an object array of mpf of the same shape
+    under the tolerance dict ``tol`` (module docstring); the differences are formed from the unrounded mpf
+    values, the bounds by :func:`~ntpref.oracle.compare.element_bounds` from the exact values rounded to
+    float64."""
+    exact = _exact()
     if np.shape(actual) != exact_values.shape:
         raise InputError(f"shape {list(np.shape(actual))} against the exact {list(exact_values.shape)}")
-    pairs = zip(np.asarray(actual, dtype=np.float64).ravel().tolist(), exact_values.ravel().tolist())
-    err = max((float(abs(q - a)) for a, q in pairs), default=0.0)
-    return err, max((float(abs(q)) for q in exact_values.ravel().tolist()), default=0.0)
+    values = exact_values.ravel().tolist()
+    with exact.arith.precision():
+        diff = np.array([float(abs(q - a)) for a, q in zip(np.asarray(actual, dtype=np.float64).ravel().tolist(),
+                                                           values)], dtype=np.float64).reshape(exact_values.shape)
+    rounded = np.array([float(q) for q in values], dtype=np.float64).reshape(exact_values.shape)
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        bound = element_bounds(rounded, check_tolerance("tolerance", tol))
+        ratio = np.where(diff == 0, 0.0, np.where(bound > 0, diff / bound, np.inf))
+    k = int(np.argmax(ratio)) if ratio.size else 0
+    at = tuple(int(i) for i in np.unravel_index(k, ratio.shape)) if ratio.ndim else ()
+    return (float(diff.max(initial=0.0)), float(np.abs(rounded).max(initial=0.0)),
+            float(ratio.ravel()[k]) if ratio.size else 0.0, float(bound.ravel()[k]) if bound.size else 0.0, at)
 
 
-def certify(cases: Iterable[Case], backend: str = "numba") -> Report:
-    """The oracle's error on every output array of every eval case (module docstring): the oracle's
-    ``contract.evaluate(case.inputs, backend)`` against ``ntpref.exact.evaluate(case.inputs)``, judged by
-    the case's float64 tolerances. InputError for a case that is not of kind "eval"."""
+def truncated(case: Case, steps: int) -> Case:
+    """A train case cut to at most ``steps`` updates per stage (each input of the model's ``STEPS``: two-stage
+    T0 and T, shallow and IndRNN steps, set to min(value, steps)); the case itself when it is not longer.
+    The cut case's tolerances are the float64 policy's for the cut input: its trajectories are the first
+    rows of the whole run's (for the two-stage model, stage 2 then starts from W_ov after min(T0, steps)
+    updates), its final iterates those after the cut."""
+    counts = _exact().MODELS[case.model].STEPS
+    cut = {k: min(int(case.inputs[k]), steps) for k in counts}
+    if all(int(case.inputs[k]) == v for k, v in cut.items()):
+        return case
+    inputs = {**case.inputs, **{k: np.array(v) for k, v in cut.items()}}
+    return Case(f"{case.id}[:{steps}]", case.model, case.kind, case.source,
+                f"{case.description} (at most {steps} updates per stage)", lambda: (inputs, None))
+
+
+def _tolerances(case: Case, names: list[str]) -> dict[str, dict]:
+    """The case's float64 tolerance of every name: its recorded or computed ones, and for an intermediate it
+    lacks (a random eval case has none stored) the policy's."""
+    from .tolerance import default_tolerances
+
+    tols = dict(case.tolerances("float64"))
+    missing = [n for n in names if n not in tols]
+    if missing:
+        tols.update(default_tolerances(case.model, case.kind, case.inputs, dict.fromkeys(missing)))
+    return tols
+
+
+def certify_case(case: Case, backend: str = "numba", steps: int | None = None) -> CaseResult:
+    """The certification of one case (module docstring); a train case cut to ``steps`` updates per stage
+    (:func:`truncated`) when given."""
+    from .reference import compute, intermediates
+
     check_backend(backend)
     exact = _exact()
-    report = Report()
-    for case in cases:
-        if case.kind != "eval":
-            raise InputError(f"case '{case.id}' is a {case.kind} case; certify takes eval cases")
-        actual = contract.evaluate(case.inputs, backend)
-        exact_values = exact.evaluate(case.inputs, as_float=False)
-        tolerances = case.tolerances("float64")
-        for name, values in exact_values.items():
-            with exact.arith.precision():
-                err, scale = errors(actual[name], values)
-            report.append(Row(case.id, case.model, name, err, scale, tolerances[name]["atol"]))
-    return report
+    if case.kind not in KINDS:
+        raise InputError(f"case '{case.id}' is of kind {case.kind!r}; certify takes {', '.join(KINDS)}")
+    run = truncated(case, steps) if steps is not None and case.kind == "train" else case
+    actual = {**compute(run.kind, run.inputs, backend), **intermediates(run.model, run.kind, run.inputs, backend)}
+    start = time.perf_counter()
+    exact_values = exact.compute(run.kind, run.inputs, as_float=False)
+    seconds = time.perf_counter() - start
+    module = exact.MODELS[run.model]
+    names = [n for n in actual if n in exact_values]
+    tols = _tolerances(run, names)
+    rows = tuple(Row(case.id, case.model, name, *measure(actual[name], exact_values[name], tols[name]),
+                     name in TRAJECTORIES and run.kind == "train") for name in names)
+    not_certified = {n: module.NOT_COMPUTED.get(n, _NOT_COMPUTED) for n in actual if n not in exact_values}
+    notes = tuple(f"input '{k}' = {np.asarray(run.inputs[k])} is not read: {why}"
+                  for k, why in module.IGNORED.items() if k in run.inputs)
+    return CaseResult(case.id, case.model, case.kind, backend, None if run is case else steps, rows, not_certified,
+                      notes, seconds)
 
 
-def select(names: Iterable[str], random: int, seed: int, root=None) -> list[Case]:
-    """The stored eval cases called ``names`` (all of them when none is named), then the eval cases among
-    the first ``random`` random cases per model from ``seed``."""
-    names = list(names)
-    stored = {case.id: case for case in stored_cases(root=root)}
-    unknown = [n for n in names if n not in stored]
+def certify(cases: Iterable[Case], backend: str = "numba", steps: int | None = None) -> Report:
+    """:func:`certify_case` of every case, in order."""
+    return Report(certify_case(case, backend, steps) for case in cases)
+
+
+def stored(root=None) -> dict[str, Case]:
+    """id → every stored case certify takes (eval, train and the models' extra kinds, "ntk"), with their
+    recorded tolerances."""
+    return {case.id: case for case in stored_cases(root=root, kinds=KINDS)}
+
+
+def select(names: Iterable[str], random: int, seed: int, root=None, kinds: Iterable[str] = KINDS) -> list[Case]:
+    """The stored cases called ``names`` (every stored case of ``kinds`` when none is named), then the cases
+    of ``kinds`` among the first ``random`` random cases per model from ``seed``."""
+    names, kinds = list(names), tuple(kinds)
+    known = stored(root)
+    unknown = [n for n in names if n not in known]
     if unknown:
-        raise InputError(f"unknown case '{unknown[0]}'{did_you_mean(unknown[0], stored)}; known: {', '.join(stored)}")
-    chosen = [stored[n] for n in names] if names else [c for c in stored.values() if c.kind == "eval"]
-    return chosen + [c for c in random_cases(None, random, seed) if c.kind == "eval"]
+        raise InputError(f"unknown case '{unknown[0]}'{did_you_mean(unknown[0], known)}; known: {', '.join(known)}")
+    chosen = [known[n] for n in names] if names else [c for c in known.values() if c.kind in kinds]
+    return chosen + [c for c in random_cases(None, random, seed) if c.kind in kinds]
 
 
 def _handle(args) -> int:
     random = args.random if args.random is not None else (0 if args.cases else DEFAULT_RANDOM)
-    report = certify(select(args.cases, random, args.seed, args.root), args.backend)
-    print(report)
+    cases = select(args.cases, random, args.seed, args.root, args.kind or KINDS)
+    width = max((len(case.id) for case in cases), default=0)
+    report = Report()
+    for case in cases:
+        report.append(certify_case(case, args.backend, args.steps))
+        print("\n".join(report[-1].lines(width)), flush=True)
+    print(report.summary())
     return 0 if report.ok else 1
 
 
 def register(subparsers) -> None:
-    """Add ``ntpref certify [CASE ...] [--random N] [--seed S] [--backend numba|numpy] [--root DIR]``."""
-    text = "measure the oracle's float64 eval outputs against the exact (50-digit mpmath) backend"
-    p = subparsers.add_parser("certify", help=text, description=text + ": per case and array the error in units of "
-                              "u·max|value| and as a fraction of the case's float64 atol (docs/exact.md). Exit 0 "
-                              "every error within atol, 1 any beyond, 2 usage error.")
-    p.add_argument("cases", nargs="*", metavar="CASE", help="stored eval cases (default: every stored eval case)")
+    """Add ``ntpref certify [CASE ...] [--kind K] [--steps N] [--random N] [--seed S] [--backend numba|numpy]
+    [--root DIR]``."""
+    text = "measure the oracle's float64 outputs (eval, train trajectories, NTK) against the exact backend"
+    p = subparsers.add_parser("certify", help=text, description=text + " (mpmath, 50 digits, from the same "
+                              "float64 inputs): per case and array the largest error in units of u·max|value| "
+                              "and as a fraction of the case's float64 tolerance, at every element (every step of "
+                              "a trajectory), and where it is largest (docs/exact.md). Exit 0 every error within "
+                              "its tolerance, 1 any beyond, 2 usage error.")
+    p.add_argument("cases", nargs="*", metavar="CASE",
+                   help="stored cases (default: every stored case of the selected kinds)")
+    p.add_argument("--kind", action="append", choices=KINDS,
+                   help="only cases of this kind (repeatable; default every kind)")
+    p.add_argument("--steps", type=integer_at_least(1), metavar="N",
+                   help="cut train cases to at most N updates per stage (the first N steps; tolerances then "
+                        "those of the float64 policy for the cut run). Default: the whole run")
     p.add_argument("--random", type=integer_at_least(0), metavar="N",
-                   help=f"the eval cases among N random cases per model (default {DEFAULT_RANDOM}, 0 when CASE "
-                        "is given)")
+                   help=f"the cases among N random cases per model (default {DEFAULT_RANDOM}, 0 when CASE is "
+                        "given)")
     p.add_argument("--seed", type=integer_at_least(0), default=0, metavar="S",
                    help="seed of the random cases (default 0)")
     p.add_argument("--backend", choices=("numba", "numpy"), default="numba", help="the oracle's backend")
