@@ -453,3 +453,28 @@ def test_certify_every_stored_case_in_full():
     report = certify.certify(certify.stored().values())
     print(report)
     assert report.ok, report.summary()
+
+
+def test_certify_record_stores_the_ratios_that_verify_prints_and_regen_drops(tmp_path, capsys):
+    """--record writes each certified array's err/tol into the manifest; verify shows the largest per case;
+    a regen (new values or tolerances) drops it; --record refuses a cut or numpy run."""
+    import shutil
+
+    from ntpref.cli import main
+    from ntpref.oracle import reference
+
+    root = tmp_path / "runs"
+    shutil.copytree(reference.default_root(), root)
+    case = "twostage_eval_onehot_succ"
+    assert main(["certify", case, "--record", "--root", str(root)]) == 0
+    assert "recorded the err/tol of 7 arrays of 1 stored cases" in capsys.readouterr().out
+    records = reference.load_manifest(root)["cases"][case]["arrays"]
+    assert all(0.0 <= rec["certified"] < 1.0 for rec in records.values())
+    assert main(["verify", case, "--root", str(root)]) == 0
+    line = next(l for l in capsys.readouterr().out.splitlines() if l.startswith(case))
+    assert f"{max(r['certified'] for r in records.values()):.1e}" in line.split()
+    assert main(["regen", case, "--force", "--root", str(root)]) == 0
+    assert not any("certified" in r for r in reference.load_manifest(root)["cases"][case]["arrays"].values())
+    capsys.readouterr()
+    assert main(["certify", case, "--record", "--steps", "3", "--root", str(root)]) == 2
+    assert "--record stores what certifies the stored files" in capsys.readouterr().err

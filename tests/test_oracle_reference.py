@@ -442,8 +442,10 @@ def _edit_manifest(root: Path, edit) -> None:
      r"case '\.\./escape': a case name is a directory name"),
     (lambda m: m["cases"][EVAL_CASE]["arrays"]["logits"].update(bitwise="yes"),
      rf"case '{EVAL_CASE}' array 'logits': 'bitwise' must be true or false, got \"yes\""),
-    (lambda m: m["cases"][EVAL_CASE]["arrays"]["logits"].update(certified=True),    # a record field not yet known
-     rf"case '{EVAL_CASE}' array 'logits': unknown tolerance key 'certified'"),
+    (lambda m: m["cases"][EVAL_CASE]["arrays"]["logits"].update(certified=True),
+     rf"case '{EVAL_CASE}' array 'logits': 'certified' must be a number >= 0"),
+    (lambda m: m["cases"][EVAL_CASE]["arrays"]["logits"].update(certifed=0.1),       # a misspelt record field
+     rf"case '{EVAL_CASE}' array 'logits': unknown tolerance key 'certifed'"),
 ])
 def test_malformed_manifest_is_a_clear_error(runs, capsys, edit, message):
     _edit_manifest(runs, edit)
@@ -601,14 +603,14 @@ def test_verify_reports_bits_per_case_and_array(runs, monkeypatch, capsys):
     capsys.readouterr()
     assert main(["verify", EVAL_CASE]) == 0
     out = capsys.readouterr().out
-    assert re.search(rf"{EVAL_CASE} +eval +7/7 +\S+ +bit-identical\n", out) and "1/1 cases ok, 1 bit-identical" in out
+    assert re.search(rf"{EVAL_CASE} +eval +7/7 +\S+ +\S+ +bit-identical\n", out) and "1/1 cases ok, 1 bit-identical" in out
     monkeypatch.setattr(reference, "compute", _next_float_logits)
     assert main(["verify", "-v", EVAL_CASE]) == 0
     out = capsys.readouterr().out
-    assert re.search(rf"{EVAL_CASE} +eval +7/7 +\S+ +within tolerance \(max 1 ulp\)\n", out), out
+    assert re.search(rf"{EVAL_CASE} +eval +7/7 +\S+ +\S+ +within tolerance \(max 1 ulp\)\n", out), out
     assert "1/1 cases ok, 0 bit-identical" in out
     assert f"arrays promised bit-identical whose bits moved: 1, in {EVAL_CASE}" in out
-    assert re.search(r"logits +yes +1 ulp\n", out) and re.search(r"attn +yes +identical\n", out)
+    assert re.search(r"logits +yes +1 ulp +-\n", out) and re.search(r"attn +yes +identical +-\n", out)
     assert re.search(r"this run: ntpref \S+, git \S+, NumPy .*, Numba target \S+ \(", out)
     assert re.search(r"stored by: ntpref \S+, git \S+, NumPy .*, Numba target \S+ \(", out)
     assert main(["verify", "--backend", "numpy", EVAL_CASE]) == 0   # the promises are the numba backend's

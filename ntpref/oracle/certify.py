@@ -295,6 +295,11 @@ def select(names: Iterable[str], random: int, seed: int, root=None, kinds: Itera
 
 
 def _handle(args) -> int:
+    from .reference import default_root, record_certified
+
+    if args.record and (args.steps is not None or args.backend != "numba"):
+        raise InputError("--record stores what certifies the stored files: whole runs of the numba backend "
+                         "(no --steps, no --backend numpy)")
     random = args.random if args.random is not None else (0 if args.cases else DEFAULT_RANDOM)
     cases = select(args.cases, random, args.seed, args.root, args.kind or KINDS)
     width = max((len(case.id) for case in cases), default=0)
@@ -303,6 +308,13 @@ def _handle(args) -> int:
         report.append(certify_case(case, args.backend, args.steps))
         print("\n".join(report[-1].lines(width)), flush=True)
     print(report.summary())
+    if args.record:
+        ratios = {r.case: {row.name: row.ratio for row in r.rows if math.isfinite(row.ratio)}
+                  for r in report if r.case in stored(args.root)}
+        root = args.root or default_root()
+        record_certified(root, ratios)
+        print(f"recorded the err/tol of {sum(map(len, ratios.values()))} arrays of {len(ratios)} stored cases "
+              f"in {root}/manifest.json (ntpref verify shows them)")
     return 0 if report.ok else 1
 
 
@@ -329,4 +341,7 @@ def register(subparsers) -> None:
                    help="seed of the random cases (default 0)")
     p.add_argument("--backend", choices=("numba", "numpy"), default="numba", help="the oracle's backend")
     p.add_argument("--root", metavar="DIR", help="reference directory of the stored cases (default: as ntpref verify)")
+    p.add_argument("--record", action="store_true",
+                   help="store each stored case's certified err/tol per array in the manifest (ntpref verify "
+                        "prints it); regen, which rewrites values or tolerances, drops it")
     p.set_defaults(func=_handle)

@@ -48,6 +48,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import math
 import os
 import platform
 import re
@@ -81,7 +82,7 @@ BYTES_FIELDS = ("shape", "dtype", "sha256")
 #: Every field of an array's record besides its tolerance (whose keys, checked by
 #: :func:`ntpref.oracle.compare.check_tolerance`, are all the others). The fields after :data:`BYTES_FIELDS`
 #: describe the array rather than its bytes; ``regen`` and ``--tolerances-only`` keep them as they are.
-RECORD_FIELDS = BYTES_FIELDS + ("bitwise",)
+RECORD_FIELDS = BYTES_FIELDS + ("bitwise", "certified")
 
 # --- hashing, provenance, manifest ----------------------------------------------------------------
 def sha256_array(a: np.ndarray) -> str:
@@ -297,6 +298,11 @@ def _check_records(where: str, section: Mapping, tolerances: bool) -> None:
             raise InputError(f"{at}: 'sha256' must be 64 hex digits, got {digest[:70]!r}")
         if "bitwise" in rec and not isinstance(rec["bitwise"], bool):
             raise InputError(f"{at}: 'bitwise' must be true or false, got {json.dumps(rec['bitwise'])[:60]}")
+        certified = rec.get("certified")
+        if "certified" in rec and (isinstance(certified, bool) or not isinstance(certified, (int, float))
+                                   or not math.isfinite(certified) or certified < 0):
+            raise InputError(f"{at}: 'certified' must be a number >= 0 (the oracle's error / its tolerance "
+                             f"against the exact backend), got {json.dumps(certified)[:60]}")
         if tolerances:
             check_tolerance(at, _tolerance_part(rec))
 
@@ -358,9 +364,32 @@ def _tolerance_part(rec: Mapping) -> dict:
 
 
 def kept_fields(rec: Mapping) -> dict:
-    """The fields of an array's record that neither its bytes nor its tolerance determine (those of
-    :data:`RECORD_FIELDS` after :data:`BYTES_FIELDS`, e.g. ``bitwise``): rewriting the array keeps them."""
-    return {k: rec[k] for k in RECORD_FIELDS[len(BYTES_FIELDS):] if k in rec}
+    """The fields of an array's record that neither its bytes nor its tolerance determine (``bitwise``):
+    rewriting the array or its tolerance keeps them; ``certified`` (its error / tolerance against the exact
+    backend, :func:`record_certified`) describes the old values and tolerance, and is dropped."""
+    return {k: rec[k] for k in RECORD_FIELDS[len(BYTES_FIELDS):] if k in rec and k != "certified"}
+
+
+def record_certified(root: str | os.PathLike, ratios: Mapping[str, Mapping[str, float]]) -> None:
+    """Store ``certified`` = err/tol of the oracle against the exact backend (``ntpref certify --record``)
+    in each named array's record: ratios is case → array → ratio, for stored cases certified whole."""
+    root = Path(root)
+    manifest = load_manifest(root)
+    for case, arrays in ratios.items():
+        entry = manifest["cases"][case]
+        for section in ("arrays", "intermediates"):
+            for name, rec in entry.get(section, {}).items():
+                if name in arrays:
+                    rec["certified"] = float(arrays[name])
+    save_manifest(root, manifest)
+
+
+def certified_text(entry: Mapping) -> str:
+    """The largest recorded ``certified`` ratio of a case's arrays (how far the oracle's own error goes into
+    its tolerance), "-" when none is recorded."""
+    values = [rec["certified"] for section in ("arrays", "intermediates") for rec in entry.get(section, {}).values()
+              if "certified" in rec]
+    return f"{max(values):.1e}" if values else "-"
 
 
 def _checked_entries(arrays: Mapping[str, np.ndarray], tolerances: Mapping[str, Mapping],
@@ -727,10 +756,12 @@ def _print_results(results: list[CaseResult], manifest: Mapping, verbose: bool, 
     for r in results:
         n = len(r.report.rows) if r.report else 0
         good = sum(row.ok for row in r.report.rows) if r.report else 0
-        rows.append((r.case, r.kind, f"{good}/{n}", f"{r.seconds:.2f}", r.status))
+        rows.append((r.case, r.kind, f"{good}/{n}", f"{r.seconds:.2f}", certified_text(manifest["cases"][r.case]),
+                     r.status))
     if verbose:
         print(f"this run: {provenance_text(provenance())}\n")
-    print(tabulate(rows, headers=("case", "kind", "arrays ok", "seconds", "status"), disable_numparse=True))
+    print(tabulate(rows, headers=("case", "kind", "arrays ok", "seconds", "certified", "status"),
+                   disable_numparse=True))
     for r in results:
         if verbose or not r.ok:
             print(f"\n== {r.case} ==")
@@ -741,8 +772,13 @@ def _print_results(results: list[CaseResult], manifest: Mapping, verbose: bool, 
             if r.report is not None:
                 print(r.report)
             if verbose and r.bits:
-                print(tabulate([(b.name, "yes" if b.promised else "no", ulp_text(b.ulp)) for b in r.bits],
-                               headers=("array", "bitwise", "stored vs new bits"), disable_numparse=True))
+                entry = manifest["cases"][r.case]
+                records = {**entry["arrays"], **entry.get("intermediates", {})}
+                print(tabulate([(b.name, "yes" if b.promised else "no", ulp_text(b.ulp),
+                                 f"{records[b.name]['certified']:.1e}" if "certified" in records.get(b.name, {})
+                                 else "-") for b in r.bits],
+                               headers=("array", "bitwise", "stored vs new bits", "certified err/tol"),
+                               disable_numparse=True))
     failed = [r.case for r in results if not r.ok]
     identical = sum(r.status == "bit-identical" for r in results)
     print(f"\n{len(results) - len(failed)}/{len(results)} cases ok, {identical} bit-identical"
