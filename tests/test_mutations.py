@@ -1,0 +1,126 @@
+"""The mutation benchmark (benchmarks/mutations.py, ``python -m benchmarks.mutations``) on a small NumPy-only
+slice: relative perturbations of the oracle's outputs are caught and the report names the perturbed array,
+broken NumPy implementations (tests/conformance_adapters/) fail with the departure at the first quantity
+the bug changes, and the oracle's NumPy backend on symmetry-moved inputs passes. The whole benchmark (with
+the PyTorch bugs and the framework adapters) is the slow test at the end.
+"""
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from benchmarks import mutations, sweeps, symmetries
+from ntpref.oracle.cases import cases
+
+ADAPTERS = Path(__file__).resolve().parent / "conformance_adapters"
+EVAL_IDS = ("shallow_eval_perturbed", "twostage_eval_lengths_repeats", "r0_twostage_1_eval_saturated",
+            "r0_shallow_0_eval_paired_mask")
+TRAIN_IDS = ("r0_shallow_2_train_projgd",)
+
+
+@pytest.fixture(scope="module")
+def selected():
+    """Stored and random eval cases of the two-stage and shallow models (a paired initialisation among
+    them, f = 0 exactly) and one ProjGD case."""
+    chosen = {c.id: c for c in cases(models=["twostage", "shallow"], random=3)}
+    return [chosen[i] for i in EVAL_IDS + TRAIN_IDS]
+
+
+def test_perturbations_are_caught_and_named(selected):
+    records = sweeps.perturbation_sweep(selected[:len(EVAL_IDS)], exponents=(3, 8),
+                                        arrays=("f", "loss", "attn", "grad_U"))
+    records += sweeps.perturbation_sweep(selected[len(EVAL_IDS):], precisions=("float64",), exponents=(3, 8),
+                                         arrays=("val_loss", "grad_norm_W", "W"))
+    visible = [r for r in records if r["visible"]]
+    assert {(r["case"], r["array"]) for r in records if not r["visible"]} == {("r0_shallow_0_eval_paired_mask", "f")}
+    for r in visible:
+        assert r["named"] == r["caught"], r
+        if r["precision"] == "float64":
+            assert r["caught"] == [3, 8] and r["k_star"] == 8, r
+        elif r["array"] != "grad_U":    # float32 computes the gradients of a saturated attention with cancellation
+            assert r["caught"] == [3] and r["k_star"] == 3, r
+
+
+def test_a_perturbation_moves_one_array_by_the_relative_amount(selected):
+    case = selected[0]
+    out = sweeps.perturbed(case, "grad_U", 6)["evaluate"]("shallow", {})
+    ratio = out["grad_U"] / case.expected["grad_U"]
+    assert np.allclose(np.abs(ratio - 1.0), 1e-6, rtol=1e-6)
+    assert set(np.sign(ratio - 1.0).ravel()) == {-1.0, 1.0}
+    assert all(out[k] is case.expected[k] for k in out if k != "grad_U")
+
+
+def test_numpy_bugs_fail_at_the_first_quantity_they_change(selected):
+    bugs = [sweeps.Bug("1/m", "shallow", ADAPTERS / "one_over_m.py", sweeps.forward),
+            sweeps.Bug("padding", "twostage", ADAPTERS / "softmax_over_padding.py", sweeps.forward),
+            sweeps.Bug("detached", "shallow", ADAPTERS / "detached_attention.py",
+                       sweeps.by_kind(sweeps.at("grad_W"), sweeps.at("grad_norm_W", 0)))]
+    records = {(r["bug"], r["case"]): r for r in sweeps.bug_sweep(bugs, selected)}
+    expected = {("1/m", "shallow_eval_perturbed"): ("f", None),
+                ("1/m", "r0_shallow_0_eval_paired_mask"): ("grad_c", None),   # f = 0 whatever the scale
+                ("padding", "twostage_eval_lengths_repeats"): ("attn", None),
+                ("padding", "r0_twostage_1_eval_saturated"): ("attn", None),
+                ("detached", "shallow_eval_perturbed"): ("grad_W", None),
+                ("detached", "r0_shallow_0_eval_paired_mask"): ("grad_W", None),
+                ("detached", "r0_shallow_2_train_projgd"): ("grad_norm_W", 0)}
+    assert {k: r["departure"] for k, r in records.items() if r["status"] == "FAIL"} == expected   # every case run fails
+    assert records[("1/m", "r0_shallow_0_eval_paired_mask")]["placement"] == "later"
+    assert records[("1/m", "r0_shallow_0_eval_paired_mask")]["origin_move"] == 0.0
+    assert all(r["placement"] == "origin" for k, r in records.items() if k != ("1/m", "r0_shallow_0_eval_paired_mask"))
+
+
+def test_symmetries_move_the_input():
+    rng = np.random.default_rng(1)
+    X = rng.standard_normal((3, 5, 2))
+    moved = symmetries.KEYS.apply("shallow", {"X": X}, rng)[0]["X"]
+    assert np.array_equal(moved[:, -1], X[:, -1]) and not np.array_equal(moved, X)
+    assert np.array_equal(np.sort(moved, axis=1), np.sort(X, axis=1))
+    inputs = {"tokens": np.array([[0, 1, 2, 3], [4, 5, -1, -1]]), "lengths": np.array([4, 2]),
+              "targets": np.array([1, 2])}
+    moved, undo = symmetries.KEYS.apply("twostage", inputs, rng)
+    assert list(moved["tokens"][1]) == [4, 5, -1, -1] and moved["tokens"][0, 3] == 3
+    attn = np.where(moved["tokens"] >= 0, moved["tokens"], 0) * 1.0
+    assert np.array_equal(undo({"attn": attn})["attn"], np.where(inputs["tokens"] >= 0, inputs["tokens"], 0))
+
+
+def test_symmetry_moved_numpy_backend_passes(selected):
+    members = [sweeps.Member(f"numpy {s.name}", "float64", symmetries.adapter([s]), s.models)
+               for s in symmetries.SYMMETRIES]
+    members.append(sweeps.Member("numpy all", "float64", symmetries.adapter(symmetries.SYMMETRIES),
+                                 symmetries.applicable(symmetries.SYMMETRIES)))
+    records = sweeps.family_sweep(members, selected)
+    assert {r["status"] for r in records} == {"pass"}
+    assert {r["member"] for r in records} == {m.name for m in members}
+    slack = mutations.slack_summary(records)
+    assert min(s["float64"]["min"] for s in slack.values()) > 1.0
+    document = {"perturbations": sweeps.perturbation_sweep(selected[:1], precisions=("float64",), exponents=(4,)),
+                "family": records, "seconds": {}, "cases": [c.id for c in selected], "stored": True, "random": 3,
+                "seed": 0}
+    text = mutations.markdown(document)
+    row = next(line for line in text.splitlines() if line.startswith("| grad_W "))
+    assert [cell.strip() for cell in row.split("|")[1:4]] == ["grad_W", "1", "1e-04"]
+    assert "Departure of the caught perturbations: the perturbed array named in 5 of 5." in text
+    assert "| numpy all " in text
+
+
+def test_command_refuses_a_bad_output_before_running(tmp_path, capsys):
+    (tmp_path / "file").write_text("")
+    assert mutations.main(["--quick", "--json", str(tmp_path / "file" / "out.json")]) == 2
+    assert "error" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_whole_quick_benchmark(tmp_path):
+    """``python -m benchmarks.mutations --quick``: no correct implementation fails, every structural bug is
+    caught wherever it changes an output, no departure precedes a bug's origin and every caught
+    perturbation is named."""
+    pytest.importorskip("torch")
+    pytest.importorskip("jax")
+    import json
+
+    assert mutations.main(["--quick", "-q", "--json", str(tmp_path / "m.json")]) == 0
+    document = json.loads((tmp_path / "m.json").read_text())
+    assert all(r["status"] != "FAIL" for r in document["family"])
+    summary = mutations.bug_summary(document["bugs"])
+    assert all(s["caught"] and not s["missed"] and not s["placement"].get("earlier") for s in summary)
+    assert all(r["named"] == r["caught"] for r in document["perturbations"])
