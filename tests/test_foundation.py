@@ -134,8 +134,9 @@ def test_progress_prints_first_line_on_a_clock_that_starts_near_zero():
 
 
 def test_progress_estimates_a_resumed_run_from_the_work_done_now():
-    """A resumed sweep starts with finished cells counted in ``done``: 30 of 120 at its first call, then
-    one more cell in 200 s leaves 89 cells, about 89 × 200 s, not 89 × 200 / 31."""
+    """A resumed sweep starts with finished cells counted in ``done``: 30 of 120 at its first call. Its
+    first new cell carries the start-up (200 s, no estimate yet); the next two take 100 s, which leaves
+    87 cells of 50 s: about 4350 s, not 87 × 300 / 3 nor 87 × 300 / 33."""
     import io
 
     from ntpref.progress import Progress
@@ -146,5 +147,7 @@ def test_progress_estimates_a_resumed_run_from_the_work_done_now():
     p("sweep", 30, 120)
     now[0] = 210.0
     p("sweep", 31, 120)
-    assert out.getvalue().splitlines() == ["sweep: 30/120 (0.0 s elapsed)",
-                                           "sweep: 31/120 (200.0 s elapsed, ~17800.0 s left)"]
+    now[0] = 310.0
+    p("sweep", 33, 120)
+    assert out.getvalue().splitlines() == ["sweep: 30/120 (0.0 s elapsed)", "sweep: 31/120 (200.0 s elapsed)",
+                                           "sweep: 33/120 (300.0 s elapsed, ~4350.0 s left)"]
