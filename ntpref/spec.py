@@ -6,7 +6,8 @@ names no model. A specification holds
 
 * the file contract: its input arrays (:class:`Input`: name, shape, dtype, when required, the default of an
   absent optional one), its eval and train outputs, which train outputs are per-step logs (trajectories)
-  and which are diagnostics an implementation need not return; ``not_bitwise``, the outputs not promised
+  and which are diagnostics an implementation need not return (also intermediates it may return to be
+  compared, such as the shallow transformer's head states); ``not_bitwise``, the outputs not promised
   bit-identical across x86-64 CPUs (name → what makes their rounding depend on the CPU: BLAS, LAPACK,
   the QP solver); the entry points ``evaluate(arrays,
   backend)`` and ``train(arrays, backend, progress)``;

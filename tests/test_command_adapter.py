@@ -145,8 +145,10 @@ def test_the_not_implemented_status_skips_the_case(capsys, script):
 def test_usage_errors_exit_2(capsys, script, tmp_path):
     good = command(script, "oracle")
     for args, line in (
-            ([script, "--command", good], "give either an adapter file (ADAPTER.py) or --command 'CMD ...', not both"),
-            ([], "give either an adapter file (ADAPTER.py) or --command 'CMD ...', none was given"),
+            ([script, "--command", good], "give one of an adapter file (ADAPTER.py), --adapter NAME (a shipped "
+                                          "adapter: ntpref adapters lists them) or --command 'CMD ...', not more"),
+            ([], "give one of an adapter file (ADAPTER.py), --adapter NAME (a shipped adapter: ntpref adapters lists "
+                 "them) or --command 'CMD ...', none was given"),
             ([script, "--timeout", 5], "--timeout applies to --command only"),
             (["--command", good, "--timeout", 0], "timeout must be a positive number of seconds, got 0.0"),
             (["--command", "cat {inptu} {output}"], "command 'cat {inptu} {output}': unknown placeholder {inptu} (the "

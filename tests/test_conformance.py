@@ -486,7 +486,7 @@ def _oracle_with(case, changes):
         for name, change in changes.items():
             out[name] = change(out[name])
         return out
-    return {case.kind: run}
+    return {"evaluate" if case.kind == "eval" else "train": run}
 
 
 def _bump(index=None, rel=1e-3):
@@ -521,3 +521,20 @@ def test_the_report_names_the_gradient_norm_before_the_validation_loss():
     assert "leaves tolerance first at step 0 of grad_norm_W" in report.summary()
     report = check(_oracle_with(case, {"train_loss": _bump(1), "grad_norm_W": _bump(1)}), case)
     assert report.departure == ("train_loss", 1)
+
+
+def test_head_states_returned_by_an_adapter_are_compared_and_may_be_left_out():
+    """The shallow transformer's head states (stored beside its eval cases to locate a mismatch) are judged
+    when an adapter returns them, come first in the order of computation, and are never required."""
+    case = next(c for c in random_cases(["shallow"], 1, 0) if c.kind == "eval")
+    assert {"head_s", "head_a", "head_MU"} <= set(case.expected)
+    right = check(_oracle_with(case, {}), case)
+    assert right.ok and {"head_s", "head_a", "head_MU"} <= {r.name for r in right.rows}
+    wrong = check(_oracle_with(case, {"head_a": _bump(), "f": _bump()}), case)
+    assert not wrong.ok and wrong.departure == ("head_a", None)
+    def without_heads(model, inputs):
+        return {k: v for k, v in _oracle_with(case, {})["evaluate"](model, inputs).items() if not k.startswith("head_")}
+    plain = check({"evaluate": without_heads}, case)
+    assert plain.ok and not plain.not_returned
+    stored = next(c for c in stored_cases(["shallow"]) if c.kind == "eval")
+    assert {"head_s", "head_a", "head_MU"} <= set(stored.expected) <= set(stored.tolerances())

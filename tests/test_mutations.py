@@ -4,6 +4,7 @@ broken NumPy implementations (tests/conformance_adapters/) fail with the departu
 the bug changes, and the oracle's NumPy backend on symmetry-moved inputs passes. The whole benchmark (with
 the PyTorch bugs and the framework adapters) is the slow test at the end.
 """
+import re
 from pathlib import Path
 
 import numpy as np
@@ -99,7 +100,8 @@ def test_symmetry_moved_numpy_backend_passes(selected):
     text = mutations.markdown(document)
     row = next(line for line in text.splitlines() if line.startswith("| grad_W "))
     assert [cell.strip() for cell in row.split("|")[1:4]] == ["grad_W", "1", "1e-04"]
-    assert "Departure of the caught perturbations: the perturbed array named in 5 of 5." in text
+    named = re.search(r"Departure of the caught perturbations: the perturbed array named in (\d+) of (\d+)\.", text)
+    assert named and named.group(1) == named.group(2) and int(named.group(1)) >= 5
     assert "| numpy all " in text
 
 

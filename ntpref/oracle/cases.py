@@ -17,7 +17,7 @@ cover the options and the edge cases.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from functools import cached_property
 from pathlib import Path
 
@@ -61,13 +61,10 @@ class Case:
 
     @cached_property
     def expected(self) -> dict[str, np.ndarray]:
-        """The oracle's outputs: the stored expected.npz, or computed now (random cases)."""
+        """The oracle's outputs and the intermediates its model keeps (:func:`oracle_outputs`): the stored
+        expected.npz and intermediates.npz, or computed now (random cases)."""
         stored = self._data[1]
-        if stored is not None:
-            return stored
-        from . import contract
-
-        return contract.evaluate(self.inputs) if self.kind == "eval" else contract.train(self.inputs)
+        return stored if stored is not None else oracle_outputs(self.kind, self.inputs)
 
     def tolerances(self, precision: str = "float64") -> dict[str, dict]:
         """name → tolerance of every expected array: the float64 policy, or the float32 envelope."""
@@ -115,13 +112,25 @@ def _stored_loader(root: Path, name: str, entry: dict) -> Callable[[], tuple[dic
         from .reference import check_file
 
         files = {}
-        for filename in ("input.npz", "expected.npz"):
+        for filename in ("input.npz", "expected.npz", "intermediates.npz"):
+            if filename not in entry["files"]:
+                continue
             arrays, problems = check_file(root, name, entry, filename)
             if problems:
                 raise InputError(f"reference case {problems[0]} ({root})")
             files[filename] = arrays
-        return files["input.npz"], files["expected.npz"]
+        return files["input.npz"], {**files["expected.npz"], **files.get("intermediates.npz", {})}
     return load
+
+
+def oracle_outputs(kind: str, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The oracle's outputs of an eval / train input (with ``model``) and the intermediates its model keeps
+    beside them (the shallow transformer's head states of an evaluation), which an adapter may return too."""
+    from . import contract
+
+    spec = contract.model_of(inputs)
+    out = contract.evaluate(inputs) if kind == "eval" else contract.train(inputs)
+    return {**out, **spec.intermediates(kind, inputs)}
 
 
 # --- random cases -----------------------------------------------------------------------------------

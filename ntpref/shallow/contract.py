@@ -67,9 +67,9 @@ def trajectories(model: str) -> tuple[str, ...]:
 
 def timeline(model: str, name: str, expected: Mapping[str, np.ndarray]) -> np.ndarray:
     """When ``name`` is computed, for ordering failures (``expected``: the oracle's outputs of the run): eval
-    outputs in the order f, loss, grad_<block>; in training at step t first train_loss[t], then the logged
+    outputs in the order head states (:data:`HEAD_STATES`), f, loss, grad_<block>; in training at step t first train_loss[t], then the logged
     gradient norm (both at θ(t)), then val_loss[t] (at θ(t+1), after the update); the final blocks last."""
-    evaluated = eval_outputs(model)
+    evaluated = HEAD_STATES + eval_outputs(model)         # the head states come first
     if name in evaluated:
         return np.array(float(evaluated.index(name)))
     steps = len(expected["train_loss"])
@@ -156,6 +156,11 @@ def ntk_outputs(arrays: Mapping[str, np.ndarray], backend: str = "numba") -> dic
     gram = ntk_gram(arrays["X"], *(arrays[b] for b in TRANSFORMER.blocks), backend=backend,
                     **input_options(TRANSFORMER.name, arrays))
     return {"gram": np.asarray(gram, dtype=np.float64)}
+
+
+#: The head states an evaluation keeps beside its outputs (:func:`head_state_intermediates`), in the order
+#: they are computed: the attention outputs, the pre-activations, M_i U_i.
+HEAD_STATES = ("head_a", "head_s", "head_MU")
 
 
 def head_state_intermediates(kind: str, arrays: Mapping[str, np.ndarray], backend: str = "numba") -> dict:

@@ -11,12 +11,13 @@ from . import model as transformer
 from .cases import BENCH, REGIMES, STORED
 
 
-def _spec(model: str, description: str, scales: Callable, extra_kinds: dict, intermediates: Callable) -> ModelSpec:
+def _spec(model: str, description: str, scales: Callable, extra_kinds: dict, intermediates: Callable,
+          diagnostics: tuple[str, ...]) -> ModelSpec:
     """The specification of ``model`` whose eval magnitudes are ``scales`` (data, *params, kappa)."""
     return ModelSpec(
         name=model, description=description, inputs=contract.inputs_of(model),
         eval_outputs=contract.eval_outputs(model), train_outputs=contract.train_outputs(model),
-        trajectories=contract.trajectories(model), diagnostics=(), not_bitwise={},
+        trajectories=contract.trajectories(model), diagnostics=diagnostics, not_bitwise={},
         blocks=dict.fromkeys(contract.model_named(model).blocks, "eta"),
         evaluate=partial(contract.evaluate, model), train=partial(contract.train, model),
         timeline=partial(contract.timeline, model),
@@ -29,6 +30,7 @@ def _spec(model: str, description: str, scales: Callable, extra_kinds: dict, int
 
 
 SHALLOW = _spec(transformer.MODEL.name, "paper (2): shallow multi-head transformer, ProjGD / ProjSGD",
-                magnitudes.shallow_scales, {"ntk": contract.ntk_outputs}, contract.head_state_intermediates)
+                magnitudes.shallow_scales, {"ntk": contract.ntk_outputs}, contract.head_state_intermediates,
+                contract.HEAD_STATES)
 INDRNN = _spec(indrnn.MODEL.name, "paper (2): IndRNN baseline, ProjGD / ProjSGD", magnitudes.indrnn_scales, {},
-               no_intermediates)
+               no_intermediates, ())
