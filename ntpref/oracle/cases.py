@@ -17,7 +17,7 @@ cover the options and the edge cases.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from functools import cached_property
 from pathlib import Path
 
@@ -61,8 +61,10 @@ class Case:
 
     @cached_property
     def expected(self) -> dict[str, np.ndarray]:
-        """The oracle's outputs and the intermediates its model keeps (:func:`oracle_outputs`): the stored
-        expected.npz and intermediates.npz, or computed now (random cases)."""
+        """The oracle's outputs and the intermediates its model keeps (``contract.oracle_outputs``): the
+        stored expected.npz and intermediates.npz, or computed now (random cases)."""
+        from .contract import oracle_outputs
+
         stored = self._data[1]
         return stored if stored is not None else oracle_outputs(self.kind, self.inputs)
 
@@ -122,15 +124,6 @@ def _stored_loader(root: Path, name: str, entry: dict) -> Callable[[], tuple[dic
         return files["input.npz"], {**files["expected.npz"], **files.get("intermediates.npz", {})}
     return load
 
-
-def oracle_outputs(kind: str, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """The oracle's outputs of an eval / train input (with ``model``) and the intermediates its model keeps
-    beside them (the shallow transformer's head states of an evaluation), which an adapter may return too."""
-    from . import contract
-
-    spec = contract.model_of(inputs)
-    out = contract.evaluate(inputs) if kind == "eval" else contract.train(inputs)
-    return {**out, **spec.intermediates(kind, inputs)}
 
 
 # --- random cases -----------------------------------------------------------------------------------

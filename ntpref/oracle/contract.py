@@ -63,6 +63,13 @@ def train(arrays: Mapping[str, np.ndarray], backend: str = "numba",
     return _finite_outputs(lambda: spec.train(rest, backend, progress))
 
 
+def oracle_outputs(kind: str, arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The outputs of an eval / train input (with ``model``) and the intermediates its model keeps beside
+    them (the shallow transformer's head states of an evaluation), which a conformance adapter may return."""
+    out = evaluate(arrays) if kind == "eval" else train(arrays)
+    return {**out, **model_of(arrays).intermediates(kind, arrays)}
+
+
 def run_file(kind: str, input_path, output_path, backend: str = "numba",
              progress: Callable[[str, int, int], None] = silent) -> dict[str, np.ndarray]:
     """Read ``input_path``, run ``kind`` ("eval" | "train"), write ``output_path`` atomically.

@@ -66,7 +66,7 @@ def _float_inputs(inputs: Mapping[str, np.ndarray]):
 
 def measured(spec: ModelSpec, kind: str, inputs: Mapping[str, np.ndarray], expected: Mapping[str, np.ndarray]):
     """(|q(fl32(inputs)) − q|, max over the draws |q(moved) − q|) per output, elementwise (module docstring)."""
-    from .cases import oracle_outputs
+    from .contract import oracle_outputs
 
     rng = np.random.default_rng(_SEED)
     blocks = update_rounding(spec, inputs, expected) if kind == "train" else {}
