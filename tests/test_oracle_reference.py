@@ -444,6 +444,8 @@ def _edit_manifest(root: Path, edit) -> None:
      rf"case '{EVAL_CASE}' array 'logits': 'bitwise' must be true or false, got \"yes\""),
     (lambda m: m["cases"][EVAL_CASE]["arrays"]["logits"].update(certified=True),
      rf"case '{EVAL_CASE}' array 'logits': 'certified' must be a number >= 0"),
+    (lambda m: m["cases"][EVAL_CASE].update(provenance="x"),
+     rf"case '{EVAL_CASE}': 'provenance' must be an object, got \"x\""),
     (lambda m: m["cases"][EVAL_CASE]["arrays"]["logits"].update(certifed=0.1),       # a misspelt record field
      rf"case '{EVAL_CASE}' array 'logits': unknown tolerance key 'certifed'"),
 ])

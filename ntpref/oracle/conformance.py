@@ -110,6 +110,8 @@ def _adapter_code(where: str):
     ``{where} raised {what}``."""
     try:
         yield
+    except AdapterError:
+        raise
     except BaseException as exc:
         if _interruption(exc):
             raise
@@ -571,7 +573,7 @@ def check(adapter, case: Case, precision: str = "float64") -> CaseReport:
                               seconds=time.perf_counter() - start)
         except CaseError as exc:
             return CaseReport(case, precision, error=str(exc), seconds=time.perf_counter() - start)
-    actual = _outputs(returned, adapter, case, precision)
+        actual = _outputs(returned, adapter, case, precision)   # the adapter's objects run code as they convert
     names = [n for n in expected if n in actual]
     report = compare_arrays(expected, actual, tols, names=names, labels=LABELS)
     outputs = SPECS[case.model].outputs(case.kind)      # intermediates left out are not "not returned"

@@ -328,6 +328,8 @@ def check_manifest(path, manifest) -> None:
                                  ("files", dict, "an object"), ("inputs", dict, "an object"),
                                  ("arrays", dict, "an object")):
             _require(where, entry, key, types, what)
+        if "provenance" in entry and not isinstance(entry["provenance"], dict):
+            raise InputError(f"{where}: 'provenance' must be an object, got {json.dumps(entry['provenance'])[:60]}")
         kind = _require(where, entry, "kind", str, "a string")
         if kind not in KINDS:
             raise InputError(f"{where}: 'kind' must be one of {', '.join(KINDS)}, got {kind!r}")
