@@ -15,7 +15,7 @@ import numba
 import pytest
 
 import ntpref
-from benchmarks import cases, frameworks, report, run, timing, whole_runs
+from benchmark_harness import harness as bm
 from ntpref import bench
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -27,16 +27,16 @@ QUICK = ["--models", "twostage", "--no-torch", "--no-jax", "--no-whole-runs", "-
 def configured(monkeypatch):
     """configure_process of the harness recorded instead of changing this process's environment."""
     calls = []
-    monkeypatch.setattr(run, "configure_process", lambda: calls.append(True))
+    monkeypatch.setattr(bm.run, "configure_process", lambda: calls.append(True))
     return calls
 
 
 @pytest.fixture
 def no_timing(monkeypatch, configured):
-    """timing.run replaced by one that fails the test: whatever is checked must be checked before timing."""
+    """bm.timing.run replaced by one that fails the test: whatever is checked must be checked before bm.timing."""
     def timed(*args, **kwargs):
         raise AssertionError("the benchmark ran")
-    monkeypatch.setattr(timing, "run", timed)
+    monkeypatch.setattr(bm.timing, "run", timed)
 
 
 @pytest.fixture
@@ -50,14 +50,16 @@ def threads_restored():
 def harness(capsys, *argv) -> tuple[int, str]:
     """``python -m benchmarks.run ARGV`` in this process: (exit status, stderr)."""
     capsys.readouterr()
-    status = run.main([str(a) for a in argv])
+    status = bm.run.main([str(a) for a in argv])
     return status, capsys.readouterr().err
 
 
-def timing_row(series=None, size=None, implementation=timing.BASELINE, threads=1, seconds=0.5, best=0.25):
-    """A Timing row of a shallow case (``size`` overrides the paper size)."""
+def timing_row(series=None, size=None, implementation=None, threads=1, seconds=0.5, best=0.25):
+    """A Timing row of a shallow case (``size`` overrides the paper size; the implementation is ntpref numba
+    unless given)."""
+    implementation = bm.timing.BASELINE if implementation is None else implementation
     c = bench.case("shallow", series, **(size or {}))
-    return timing.Timing(c.label, c.model, series, dict(c.size), implementation, threads, seconds, best, 1e9)
+    return bm.timing.Timing(c.label, c.model, series, dict(c.size), implementation, threads, seconds, best, 1e9)
 
 
 # ---- the command: checks before the run, outputs, set-up ------------------------------------------------
@@ -66,7 +68,7 @@ def timing_row(series=None, size=None, implementation=timing.BASELINE, threads=1
 def test_output_that_is_a_fifo_is_refused_before_the_run(option, tmp_path, capsys, no_timing):
     fifo = tmp_path / "out"
     os.mkfifo(fifo)
-    assert harness(capsys, option, fifo, *QUICK) == (2, f"{run.PROG}: error: {fifo}: {FIFO_REFUSED}\n")
+    assert harness(capsys, option, fifo, *QUICK) == (2, f"{bm.run.PROG}: error: {fifo}: {FIFO_REFUSED}\n")
 
 
 @pytest.mark.parametrize("option", ["--json", "--figure"])
@@ -74,13 +76,13 @@ def test_output_below_a_file_is_refused_before_the_run(option, tmp_path, capsys,
     (tmp_path / "file").write_text("a file")
     target = tmp_path / "file" / "bench.out"
     assert harness(capsys, option, target, *QUICK) == (
-        2, f"{run.PROG}: error: {target}: cannot write: '{tmp_path / 'file'}' is a regular file, not a directory\n")
+        2, f"{bm.run.PROG}: error: {target}: cannot write: '{tmp_path / 'file'}' is a regular file, not a directory\n")
 
 
 def test_threads_beyond_numba_are_refused(capsys, no_timing):
     limit = numba.config.NUMBA_NUM_THREADS
     status, err = harness(capsys, "--threads", limit + 1, *QUICK)
-    assert (status, err) == (2, f"{run.PROG}: error: --threads {limit + 1}: expected 1 to {limit}, the threads "
+    assert (status, err) == (2, f"{bm.run.PROG}: error: --threads {limit + 1}: expected 1 to {limit}, the threads "
                                 f"Numba runs on this machine ({os.cpu_count()} cores; NUMBA_NUM_THREADS sets "
                                 f"another limit)\n")
 
@@ -88,14 +90,14 @@ def test_threads_beyond_numba_are_refused(capsys, no_timing):
 @pytest.mark.parametrize("option, value", [("--threads", "0"), ("--repeats", "0"), ("--repeats", "1.5")])
 def test_counts_below_one_are_usage_errors(option, value, capsys, no_timing):
     with pytest.raises(SystemExit) as exit_:
-        run.main([option, value, *QUICK])
+        bm.run.main([option, value, *QUICK])
     assert exit_.value.code == 2
     assert f"argument {option}: expected a whole number >= 1, got '{value}'" in capsys.readouterr().err
 
 
 def test_figure_without_scaling_series_is_refused_before_the_run(tmp_path, capsys, no_timing):
     status, err = harness(capsys, "--figure", tmp_path / "bench.png", "--no-scaling", *QUICK)
-    assert (status, err) == (2, f"{run.PROG}: error: --figure plots the scaling series, which --no-scaling "
+    assert (status, err) == (2, f"{bm.run.PROG}: error: --figure plots the scaling series, which --no-scaling "
                                 "leaves out\n")
     assert list(tmp_path.iterdir()) == []
 
@@ -103,7 +105,7 @@ def test_figure_without_scaling_series_is_refused_before_the_run(tmp_path, capsy
 def test_json_and_figure_replace_the_files_after_the_run(tmp_path, capsys, monkeypatch, configured):
     rows = [timing_row(), *(timing_row("n", {"n": n}, seconds=n * 1e-5) for n in (500, 1000, 2000))]
     seen = []
-    monkeypatch.setattr(timing, "run", lambda impls, cases, threads, **kwargs: seen.append((cases, threads)) or rows)
+    monkeypatch.setattr(bm.timing, "run", lambda impls, cases, threads, **kwargs: seen.append((cases, threads)) or rows)
     out, png = tmp_path / "bench.json", tmp_path / "bench.png"
     out.write_text("an older run")
     assert harness(capsys, "--json", out, "--figure", png, "--threads", "1", "--quick", *QUICK) == (0, "")
@@ -116,7 +118,7 @@ def test_json_and_figure_replace_the_files_after_the_run(tmp_path, capsys, monke
     (timed_cases, threads), = seen
     assert threads == [1]
     assert [c.label for c in timed_cases] == [c.label for c in bench.paper_cases(["twostage"])] + [
-        c.label for c in cases.scaling_cases(3) if c.model == "twostage"]
+        c.label for c in bm.cases.scaling_cases(3) if c.model == "twostage"]
 
 
 def test_the_command_runs_from_the_repository_root(tmp_path):
@@ -128,8 +130,8 @@ def test_the_command_runs_from_the_repository_root(tmp_path):
     assert "| twostage K=20 N=200 | ntpref numba" in proc.stdout
     (row,) = json.loads(out.read_text())["rows"]
     paper = bench.case("twostage")
-    assert (row["implementation"], row["threads"]) == (timing.BASELINE, 1)
-    assert row["flops"] == cases.flops(paper, bench.make_inputs(paper)) and 0 < row["best"] <= row["seconds"]
+    assert (row["implementation"], row["threads"]) == (bm.timing.BASELINE, 1)
+    assert row["flops"] == bm.cases.flops(paper, bench.make_inputs(paper)) and 0 < row["best"] <= row["seconds"]
 
 
 def test_ntpref_never_imports_the_harness():
@@ -147,7 +149,7 @@ def test_ntpref_never_imports_the_harness():
 
 def test_each_scaling_series_doubles_one_size_of_its_base_case():
     series = {}
-    for c in cases.scaling_cases():
+    for c in bm.cases.scaling_cases():
         series.setdefault((c.model, c.series), []).append(c.size)
     assert sorted(series) == [("indrnn", "T"), ("indrnn", "n"), ("shallow", "T"), ("shallow", "m"),
                               ("shallow", "n"), ("twostage", "K"), ("twostage", "N")]
@@ -159,19 +161,19 @@ def test_each_scaling_series_doubles_one_size_of_its_base_case():
 
 def test_flop_counts_are_the_stated_formulas():
     shallow, indrnn = bench.case("shallow"), bench.case("indrnn")
-    assert cases.flops(shallow, {}) == 4000 * 64 * (4 * 64 + 8 * 16 * 8 + 8 * 16 + 3 * 8)
-    assert cases.flops(indrnn, {}) == 4000 * 64 * 97 * (4 * 17 + 10)
+    assert bm.cases.flops(shallow, {}) == 4000 * 64 * (4 * 64 + 8 * 16 * 8 + 8 * 16 + 3 * 8)
+    assert bm.cases.flops(indrnn, {}) == 4000 * 64 * 97 * (4 * 17 + 10)
     two = bench.case("twostage", K=5, N=10)
     inputs = bench.make_inputs(two)
     L = inputs["ds"].lengths
-    assert cases.flops(two, inputs) == sum(6 * l * 5 + 5 * 5 + 11 * l for l in L)
+    assert bm.cases.flops(two, inputs) == sum(6 * l * 5 + 5 * 5 + 11 * l for l in L)
 
 
 def test_run_times_every_implementation_that_covers_the_case(threads_restored):
     seen = []
-    impls = timing.ntpref_implementations() + [timing.Implementation("other", lambda c, i: None, seen.append)]
+    impls = bm.timing.ntpref_implementations() + [bm.timing.Implementation("other", lambda c, i: None, seen.append)]
     c = bench.case("twostage", K=5, N=10)
-    rows = timing.run(impls, [c], threads=(1, 1), repeats=2, warmup=1)
+    rows = bm.timing.run(impls, [c], threads=(1, 1), repeats=2, warmup=1)
     # without a thread setting ("ntpref numpy"): timed once, at its default; "other" covers no case
     assert [(r.implementation, r.threads) for r in rows] == [
         ("ntpref numba", 1), ("ntpref numpy", 0), ("ntpref numba", 1)]
@@ -181,14 +183,14 @@ def test_run_times_every_implementation_that_covers_the_case(threads_restored):
 
 def test_thread_determinism_compares_the_bits_of_every_thread_count(threads_restored):
     c = bench.case("shallow", n=40, T=4, m=8)
-    assert whole_runs.thread_determinism([c], threads=(1, numba.config.NUMBA_NUM_THREADS)) == {c.label: True}
+    assert bm.whole_runs.thread_determinism([c], threads=(1, numba.config.NUMBA_NUM_THREADS)) == {c.label: True}
 
 
-@pytest.mark.parametrize("make", [frameworks.torch_implementations, frameworks.jax_implementations])
+@pytest.mark.parametrize("make", ["torch_implementations", "jax_implementations"])
 def test_framework_steps_compute_ntprefs_loss(make):
-    impls = make()
+    impls = getattr(bm.frameworks, make)()
     if not impls:
-        pytest.skip(f"{make.__name__}: the framework is not installed (the crosscheck extra)")
+        pytest.skip(f"{make}: the framework is not installed (the crosscheck extra)")
     for c in (bench.case("twostage", K=5, N=10), bench.case("shallow", n=20, T=4, m=8),
               bench.case("indrnn", n=20, T=5, m=8)):
         inputs = bench.make_inputs(c)
@@ -203,29 +205,29 @@ def test_framework_steps_compute_ntprefs_loss(make):
 
 def test_slopes_of_a_power_law_are_its_exponent():
     rows = [timing_row("n", {"n": n}, seconds=3e-9 * n ** 1.5, best=1e-9 * n) for n in (500, 1000, 2000, 4000)]
-    ((model, series, impl, threads, b_median, b_min, b_flops),) = report.slopes(rows)
-    assert (model, series, impl, threads) == ("shallow", "n", timing.BASELINE, 1)
+    ((model, series, impl, threads, b_median, b_min, b_flops),) = bm.report.slopes(rows)
+    assert (model, series, impl, threads) == ("shallow", "n", bm.timing.BASELINE, 1)
     assert (b_median, b_min, b_flops) == (pytest.approx(1.5), pytest.approx(1.0), pytest.approx(0.0, abs=1e-12))
-    assert "n = 500..4000" in report.slope_table(rows)
+    assert "n = 500..4000" in bm.report.slope_table(rows)
 
 
 def test_table_ratios_are_to_the_baseline_at_the_same_thread_count():
     rows = [timing_row(threads=1, seconds=0.2), timing_row(threads=2, seconds=0.1),
             timing_row(implementation="other", threads=1, seconds=0.6),
             timing_row(implementation="default threads", threads=0, seconds=0.3)]
-    ratios = [line.split("|")[-2].strip() for line in report.table(rows).splitlines()[2:]]
+    ratios = [line.split("|")[-2].strip() for line in bm.report.table(rows).splitlines()[2:]]
     assert ratios == ["1.0x", "1.0x", "3.0x", "3.0x"]     # a "default" row: against the baseline's best median
 
 
 def test_figure_needs_scaling_series(tmp_path):
     with pytest.raises(ntpref.InputError, match="no scaling series"):
-        report.figure([timing_row()], tmp_path / "bench.png")
+        bm.report.figure([timing_row()], tmp_path / "bench.png")
     assert list(tmp_path.iterdir()) == []
 
 
 def test_report_names_the_machine_and_the_extras():
-    text = report.report([timing_row()], {"a measurement": "1 s"})
+    text = bm.report.report([timing_row()], {"a measurement": "1 s"})
     assert text.startswith("machine: cpu ") and text.endswith("\na measurement: 1 s")
     (line,) = [line for line in text.splitlines() if line.startswith("| shallow")]
     assert [cell.strip() for cell in line.strip("|").split("|")] == [
-        "shallow n=4000 d=8 T=16 m=64", timing.BASELINE, "1", "500.000 ms", "250.000 ms", "2", "1.0x"]
+        "shallow n=4000 d=8 T=16 m=64", bm.timing.BASELINE, "1", "500.000 ms", "250.000 ms", "2", "1.0x"]

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from benchmarks import mutations, sweeps, symmetries
+from benchmark_harness import harness as bm
 from ntpref.oracle.cases import cases
 
 ADAPTERS = Path(__file__).resolve().parent / "conformance_adapters"
@@ -28,9 +28,9 @@ def selected():
 
 
 def test_perturbations_are_caught_and_named(selected):
-    records = sweeps.perturbation_sweep(selected[:len(EVAL_IDS)], exponents=(3, 8),
+    records = bm.sweeps.perturbation_sweep(selected[:len(EVAL_IDS)], exponents=(3, 8),
                                         arrays=("f", "loss", "attn", "grad_U"))
-    records += sweeps.perturbation_sweep(selected[len(EVAL_IDS):], precisions=("float64",), exponents=(3, 8),
+    records += bm.sweeps.perturbation_sweep(selected[len(EVAL_IDS):], precisions=("float64",), exponents=(3, 8),
                                          arrays=("val_loss", "grad_norm_W", "W"))
     visible = [r for r in records if r["visible"]]
     assert {(r["case"], r["array"]) for r in records if not r["visible"]} == {("r0_shallow_0_eval_paired_mask", "f")}
@@ -44,7 +44,7 @@ def test_perturbations_are_caught_and_named(selected):
 
 def test_a_perturbation_moves_one_array_by_the_relative_amount(selected):
     case = selected[0]
-    out = sweeps.perturbed(case, "grad_U", 6)["evaluate"]("shallow", {})
+    out = bm.sweeps.perturbed(case, "grad_U", 6)["evaluate"]("shallow", {})
     ratio = out["grad_U"] / case.expected["grad_U"]
     assert np.allclose(np.abs(ratio - 1.0), 1e-6, rtol=1e-6)
     assert set(np.sign(ratio - 1.0).ravel()) == {-1.0, 1.0}
@@ -52,11 +52,11 @@ def test_a_perturbation_moves_one_array_by_the_relative_amount(selected):
 
 
 def test_numpy_bugs_fail_at_the_first_quantity_they_change(selected):
-    bugs = [sweeps.Bug("1/m", "shallow", ADAPTERS / "one_over_m.py", sweeps.forward),
-            sweeps.Bug("padding", "twostage", ADAPTERS / "softmax_over_padding.py", sweeps.forward),
-            sweeps.Bug("detached", "shallow", ADAPTERS / "detached_attention.py",
-                       sweeps.by_kind(sweeps.at("grad_W"), sweeps.at("grad_norm_W", 0)))]
-    records = {(r["bug"], r["case"]): r for r in sweeps.bug_sweep(bugs, selected)}
+    bugs = [bm.sweeps.Bug("1/m", "shallow", ADAPTERS / "one_over_m.py", bm.sweeps.forward),
+            bm.sweeps.Bug("padding", "twostage", ADAPTERS / "softmax_over_padding.py", bm.sweeps.forward),
+            bm.sweeps.Bug("detached", "shallow", ADAPTERS / "detached_attention.py",
+                       bm.sweeps.by_kind(bm.sweeps.at("grad_W"), bm.sweeps.at("grad_norm_W", 0)))]
+    records = {(r["bug"], r["case"]): r for r in bm.sweeps.bug_sweep(bugs, selected)}
     expected = {("1/m", "shallow_eval_perturbed"): ("f", None),
                 ("1/m", "r0_shallow_0_eval_paired_mask"): ("grad_c", None),   # f = 0 whatever the scale
                 ("padding", "twostage_eval_lengths_repeats"): ("attn", None),
@@ -73,31 +73,31 @@ def test_numpy_bugs_fail_at_the_first_quantity_they_change(selected):
 def test_symmetries_move_the_input():
     rng = np.random.default_rng(1)
     X = rng.standard_normal((3, 5, 2))
-    moved = symmetries.KEYS.apply("shallow", {"X": X}, rng)[0]["X"]
+    moved = bm.symmetries.KEYS.apply("shallow", {"X": X}, rng)[0]["X"]
     assert np.array_equal(moved[:, -1], X[:, -1]) and not np.array_equal(moved, X)
     assert np.array_equal(np.sort(moved, axis=1), np.sort(X, axis=1))
     inputs = {"tokens": np.array([[0, 1, 2, 3], [4, 5, -1, -1]]), "lengths": np.array([4, 2]),
               "targets": np.array([1, 2])}
-    moved, undo = symmetries.KEYS.apply("twostage", inputs, rng)
+    moved, undo = bm.symmetries.KEYS.apply("twostage", inputs, rng)
     assert list(moved["tokens"][1]) == [4, 5, -1, -1] and moved["tokens"][0, 3] == 3
     attn = np.where(moved["tokens"] >= 0, moved["tokens"], 0) * 1.0
     assert np.array_equal(undo({"attn": attn})["attn"], np.where(inputs["tokens"] >= 0, inputs["tokens"], 0))
 
 
 def test_symmetry_moved_numpy_backend_passes(selected):
-    members = [sweeps.Member(f"numpy {s.name}", "float64", symmetries.adapter([s]), s.models)
-               for s in symmetries.SYMMETRIES]
-    members.append(sweeps.Member("numpy all", "float64", symmetries.adapter(symmetries.SYMMETRIES),
-                                 symmetries.applicable(symmetries.SYMMETRIES)))
-    records = sweeps.family_sweep(members, selected)
+    members = [bm.sweeps.Member(f"numpy {s.name}", "float64", bm.symmetries.adapter([s]), s.models)
+               for s in bm.symmetries.SYMMETRIES]
+    members.append(bm.sweeps.Member("numpy all", "float64", bm.symmetries.adapter(bm.symmetries.SYMMETRIES),
+                                 bm.symmetries.applicable(bm.symmetries.SYMMETRIES)))
+    records = bm.sweeps.family_sweep(members, selected)
     assert {r["status"] for r in records} == {"pass"}
     assert {r["member"] for r in records} == {m.name for m in members}
-    slack = mutations.slack_summary(records)
+    slack = bm.mutations.slack_summary(records)
     assert min(s["float64"]["min"] for s in slack.values()) > 1.0
-    document = {"perturbations": sweeps.perturbation_sweep(selected[:1], precisions=("float64",), exponents=(4,)),
+    document = {"perturbations": bm.sweeps.perturbation_sweep(selected[:1], precisions=("float64",), exponents=(4,)),
                 "family": records, "seconds": {}, "cases": [c.id for c in selected], "stored": True, "random": 3,
                 "seed": 0}
-    text = mutations.markdown(document)
+    text = bm.mutations.markdown(document)
     row = next(line for line in text.splitlines() if line.startswith("| grad_W "))
     assert [cell.strip() for cell in row.split("|")[1:4]] == ["grad_W", "1", "1e-04"]
     named = re.search(r"Departure of the caught perturbations: the perturbed array named in (\d+) of (\d+)\.", text)
@@ -107,7 +107,7 @@ def test_symmetry_moved_numpy_backend_passes(selected):
 
 def test_command_refuses_a_bad_output_before_running(tmp_path, capsys):
     (tmp_path / "file").write_text("")
-    assert mutations.main(["--quick", "--json", str(tmp_path / "file" / "out.json")]) == 2
+    assert bm.mutations.main(["--quick", "--json", str(tmp_path / "file" / "out.json")]) == 2
     assert "error" in capsys.readouterr().err
 
 
@@ -120,9 +120,9 @@ def test_whole_quick_benchmark(tmp_path):
     pytest.importorskip("jax")
     import json
 
-    assert mutations.main(["--quick", "-q", "--json", str(tmp_path / "m.json")]) == 0
+    assert bm.mutations.main(["--quick", "-q", "--json", str(tmp_path / "m.json")]) == 0
     document = json.loads((tmp_path / "m.json").read_text())
     assert all(r["status"] != "FAIL" for r in document["family"])
-    summary = mutations.bug_summary(document["bugs"])
+    summary = bm.mutations.bug_summary(document["bugs"])
     assert all(s["caught"] and not s["missed"] and not s["placement"].get("earlier") for s in summary)
     assert all(r["named"] == r["caught"] for r in document["perturbations"])
