@@ -245,12 +245,10 @@ def bits_summary(bits: Iterable[ArrayBits]) -> str:
 def default_root() -> Path:
     """``$NTPREF_REFERENCE_RUNS`` if set, else the repository's ``reference_runs/`` (a source checkout or an
     editable install), else the copy installed with the package (``ntpref/reference_runs``)."""
+    from ..shipped import shipped_dir
+
     env = os.environ.get(ENV_ROOT)
-    if env:
-        return Path(env)
-    here = Path(__file__).resolve()
-    checkout = here.parents[2] / "reference_runs"
-    return checkout if (checkout / "manifest.json").is_file() else here.parents[1] / "reference_runs"
+    return Path(env) if env else shipped_dir("reference_runs", "manifest.json")
 
 
 def load_manifest(root: str | os.PathLike | None = None) -> dict:
