@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import re
 import signal
 import sys
 import warnings
@@ -46,6 +47,10 @@ def _run_contract(args) -> int:
     return 0
 
 
+_INVALID_CHOICE = re.compile(r"invalid choice: '(?P<given>[^']*)' \(choose from (?P<choices>.*)\)")
+_QUOTED = re.compile(r"'([^']*)'")
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse with one-line usage errors (exit status 2), like every other ntpref error; ``positionals``
     lists the destinations of the positional arguments given to ``add_argument``, in order (the
@@ -61,8 +66,40 @@ class _Parser(argparse.ArgumentParser):
             self.positionals.append(action.dest)
         return action
 
+    def parse_args(self, args=None, namespace=None):
+        """argparse's, with each unrecognized option reported by the sub-command that was given, with the
+        option of that sub-command closest to it ("--wokers (did you mean '--workers'?)")."""
+        namespace, extras = self.parse_known_args(args, namespace)
+        if extras:
+            parser = self._given_subcommand(namespace)
+            parser.error("unrecognized arguments: " + " ".join(parser._suggested(token) for token in extras))
+        return namespace
+
     def error(self, message):
+        from .checks import did_you_mean   # imports Numba: not before configure_process
+
+        match = _INVALID_CHOICE.search(message)
+        if match:   # argparse's "invalid choice: 'evl' (choose from 'eval', ...)" gains a did-you-mean
+            message += did_you_mean(match["given"], _QUOTED.findall(match["choices"]))
         self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+
+    def _given_subcommand(self, namespace) -> "_Parser":
+        """The parser of the (nested) sub-command named in ``namespace``; this parser when none is."""
+        for action in self._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                chosen = action.choices.get(getattr(namespace, action.dest, None))
+                if chosen is not None:
+                    return chosen._given_subcommand(namespace)
+        return self
+
+    def _suggested(self, token: str) -> str:
+        """``token`` followed by the closest of this parser's options when it looks like a mistyped one."""
+        from .checks import did_you_mean
+
+        if not token.startswith("-") or token == "-":
+            return token
+        options = [o for action in self._actions for o in action.option_strings]
+        return token + did_you_mean(token.split("=", 1)[0], options)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -114,6 +114,26 @@ def test_reproduce_worker_counts_below_one(option, value, tmp_path, capsys):
     assert not any(tmp_path.iterdir())
 
 
+@pytest.mark.parametrize("argv, message", [
+    (("reproduce", "width", "--wokers", "2"),
+     "ntpref reproduce: error: unrecognized arguments: --wokers (did you mean '--workers'?)"),
+    (("verify", "--lst"), "ntpref verify: error: unrecognized arguments: --lst (did you mean '--list'?)"),
+    (("verify", "--lst", "--rot=x", "--zzz"), "ntpref verify: error: unrecognized arguments: --lst (did you "
+     "mean '--list'?) --rot=x (did you mean '--root'?) --zzz (see 'ntpref verify --help')"),
+    (("conformance", "--modle=shallow"),
+     "ntpref conformance: error: unrecognized arguments: --modle=shallow (did you mean '--model'?) (see "),
+    (("reproduce", "width", "--zzz"), "ntpref reproduce: error: unrecognized arguments: --zzz"),
+    (("evl", "x.npz"), "ntpref: error: argument COMMAND: invalid choice: 'evl' (choose from 'eval', 'train', "),
+    (("conformance", "--model", "shalow"), "(did you mean 'shallow'?) (see 'ntpref conformance --help')"),
+    (("reproduce", "twostag"), "ntpref: error: unknown reproduce target 'twostag' (did you mean 'twostage'?); "),
+])
+def test_mistyped_options_and_names_get_a_did_you_mean(argv, message, tmp_path, capsys):
+    status, err = run(capsys, *argv, "--out", tmp_path) if argv[0] == "reproduce" else run(capsys, *argv)
+    assert status == 2
+    assert err.count("\n") == 1 and message in err, err
+    assert not any(tmp_path.iterdir())
+
+
 def test_sweep_worker_counts_below_one(tmp_path):
     with pytest.raises(InputError, match="^sweep: dask_local must be at least 1, got 0$"):
         sweep.run_sweep(dict, [{"x": 1}], tmp_path, dask_local=0)

@@ -30,7 +30,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..checks import count_argument
+from ..checks import count_argument, did_you_mean
 from ..errors import InputError
 from ..npzio import atomic_write, check_output
 
@@ -64,7 +64,8 @@ class Summary:
 def target_module(name: str):
     """The module of target ``name``; InputError for an unknown target."""
     if name not in TARGETS:
-        raise InputError(f"unknown reproduce target {name!r}; known: {', '.join(TARGETS)}")
+        raise InputError(f"unknown reproduce target {name!r}{did_you_mean(name, TARGETS)}; "
+                         f"known: {', '.join(TARGETS)}")
     return importlib.import_module(f"{__name__}.{TARGETS[name]}")
 
 
