@@ -525,3 +525,16 @@ def test_a_signal_inside_a_callback_from_c_still_unwinds(capsys):
     assert info.value.signum == signal.SIGTERM
     assert capsys.readouterr().err == ""
     assert sys.unraisablehook is hook and signal.getsignal(signal.SIGTERM) is term   # both given back
+
+
+def test_every_help_text_is_plain_text():
+    """The help of ntpref and of each sub-command is plain text: no reStructuredText markup of the
+    docstrings it may come from (double backticks, :func: roles)."""
+    from ntpref.cli import build_parser
+
+    parser = build_parser()
+    (sub,) = [a for a in parser._actions if a.choices and a.dest == "command"]
+    texts = {"ntpref": parser.format_help(), **{name: p.format_help() for name, p in sub.choices.items()}}
+    assert len(texts) > 10
+    for name, text in texts.items():
+        assert not re.search(r"``|:(func|mod|class|data|meth):`", text), (name, text)
