@@ -25,6 +25,14 @@ QP_REL = 1e-9
 TINY = float(np.finfo(np.float64).smallest_subnormal)
 
 
+def underflow_floor(count: int) -> float:
+    """``SAFETY · K · TINY``, the atol below which no bound of K operations goes. A result below the smallest
+    normal number is rounded with an absolute error of up to TINY/2 instead of the relative u, so where the
+    magnitudes are subnormal the relative bound γ_K·M vanishes (or underflows to 0) while two correct
+    programs still differ by a few subnormal units; each of the K operations is counted at one TINY."""
+    return SAFETY * count * TINY
+
+
 def gamma(k: int) -> float:
     """γ_k = k u / (1 − k u): the classical bound on the relative rounding error of k operations."""
     return k * U / (1.0 - k * U)
@@ -43,9 +51,9 @@ def max_abs(x) -> float:
 
 
 def eval_tolerance(M: np.ndarray, count: int) -> dict:
-    """``atol = SAFETY · γ_K · max M`` for one evaluated array."""
+    """``atol = SAFETY · γ_K · max M`` for one evaluated array, at least :func:`underflow_floor`."""
     top = float(np.max(M, initial=0.0))
-    return {"rtol": 0.0, "atol": max(SAFETY * gamma(count) * top, TINY), "atol_max_scale": 0.0,
+    return {"rtol": 0.0, "atol": max(SAFETY * gamma(count) * top, underflow_floor(count)), "atol_max_scale": 0.0,
             "atol_per_step": 0.0, "reason": f"float64 policy, evaluation: {SAFETY:g}·γ_{count}·max M, M = {top:.3g}"}
 
 
@@ -57,9 +65,10 @@ def running_max(D: np.ndarray, first: int) -> np.ndarray:
 
 def trajectory_tolerance(q: np.ndarray, floor: float, count: int, propagated: np.ndarray, what: str) -> dict:
     """A logged trajectory q [steps]: rtol SAFETY·γ_K, and the straight line atol + atol_per_step·t
-    lying above SAFETY·(floor + propagated(t)); ``floor`` is q's evaluation bound apart from γ_K |q_t|."""
+    lying above SAFETY·(floor + propagated(t)) and :func:`underflow_floor`; ``floor`` is q's evaluation bound
+    apart from γ_K |q_t|."""
     line = SAFETY * (floor + propagated)
-    atol = max(float(line[0]), TINY)
+    atol = max(float(line[0]), underflow_floor(count))
     t = np.arange(1, q.shape[0])
     slope = max(float(np.max((line[1:] - atol) / t, initial=0.0)), 0.0)
     return {"rtol": SAFETY * gamma(count), "atol": atol, "atol_max_scale": 0.0, "atol_per_step": slope,

@@ -455,9 +455,10 @@ def test_certify_every_stored_case_in_full():
     assert report.ok, report.summary()
 
 
-def test_certify_record_stores_the_ratios_that_verify_prints_and_regen_drops(tmp_path, capsys):
+def test_certify_record_stores_the_ratios_that_verify_prints_and_regen_keeps_while_they_hold(tmp_path, capsys):
     """--record writes each certified array's err/tol into the manifest; verify shows the largest per case;
-    a regen (new values or tolerances) drops it; --record refuses a cut or numpy run."""
+    a regen keeps it for arrays whose values and tolerance stay and drops it for the others; --record
+    refuses a cut or numpy run."""
     import shutil
 
     from ntpref.cli import main
@@ -473,8 +474,17 @@ def test_certify_record_stores_the_ratios_that_verify_prints_and_regen_drops(tmp
     assert main(["verify", case, "--root", str(root)]) == 0
     line = next(l for l in capsys.readouterr().out.splitlines() if l.startswith(case))
     assert f"{max(r['certified'] for r in records.values()):.1e}" in line.split()
+    manifest = reference.load_manifest(root)
+    arrays = manifest["cases"][case]["arrays"]
+    arrays["logits"]["sha256"] = "0" * 64                   # stored values that regen changes
+    arrays["loss"]["atol"] = 2 * arrays["loss"]["atol"]     # a tolerance that regen changes
+    reference.save_manifest(root, manifest)
     assert main(["regen", case, "--force", "--root", str(root)]) == 0
-    assert not any("certified" in r for r in reference.load_manifest(root)["cases"][case]["arrays"].values())
+    kept = {n for n, r in reference.load_manifest(root)["cases"][case]["arrays"].items() if "certified" in r}
+    assert kept == set(records) - {"logits", "loss"}
+    assert main(["regen", case, "--tolerances-only", "--root", str(root)]) == 0     # nothing moves: all stay
+    assert kept == {n for n, r in reference.load_manifest(root)["cases"][case]["arrays"].items() if "certified" in r}
+    capsys.readouterr()
     capsys.readouterr()
     assert main(["certify", case, "--record", "--steps", "3", "--root", str(root)]) == 2
     assert "--record stores what certifies the stored files" in capsys.readouterr().err

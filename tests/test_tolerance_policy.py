@@ -492,6 +492,35 @@ def test_a_training_whose_perturbed_rerun_overflows_still_matches_itself(tmp_pat
     assert "non-finite" not in out
 
 
+@pytest.mark.parametrize("make, rounds_apart", [("shallow_eval", True), ("indrnn_eval", False)])
+def test_subnormal_inputs_the_backends_round_apart_by_a_few_subnormals_pass(make, rounds_apart):
+    """X of subnormal numbers (multiples of 3e-320): products below the smallest normal round with an
+    absolute error of up to half a subnormal, so the two backends' f and grad_c differ by one or two
+    subnormals where the relative bound is 0 (a floor of one subnormal fails them); the underflow floor
+    covers that and nothing larger. IndRNN: the same inputs, which its backends happen to round alike."""
+    import small_inputs
+
+    base = getattr(small_inputs, make)()
+    failed_before = 0
+    for seed in range(6):
+        rng = np.random.default_rng(seed)
+        inputs = {**base, "X": 3e-320 * rng.integers(-20, 20, base["X"].shape)}
+        for k in ("c", "U", "W", "u", "W_in"):
+            if k in inputs:
+                inputs[k] = inputs[k] * rng.uniform(0.5, 2, inputs[k].shape)
+        numba, numpy = contract.evaluate(inputs, "numba"), contract.evaluate(inputs, "numpy")
+        tols = tolerance.default_tolerances(str(inputs["model"]), "eval", inputs, numba, outputs=numba)
+        assert compare_arrays(numba, numpy, tols).ok
+        failed_before += not compare_arrays(numba, numpy, {n: {**t, "atol": tolerance.TINY} for n, t in tols.items()}).ok
+        floored = [name for name, tol in tols.items() if tol["atol"] < 1e-300]
+        assert {"f", "grad_c"} <= set(floored), tols
+        for name in floored:          # a floor of subnormal size: 1e-300 off is far outside
+            assert tols[name]["atol"] < 1e-319, (name, tols[name])
+            bumped = {**numba, name: numba[name] + 1e-300}
+            assert not compare_arrays(numba, bumped, tols).ok, name
+    assert failed_before or not rounds_apart, "a floor of one subnormal passed every seed: the case is lost"
+
+
 # --- a naive-direction run onto a loss plateau ------------------------------------------------------------
 def _plateau_input():
     """A naive-direction stage 2 that walks onto a loss plateau (found by 3000 random trainings): there the

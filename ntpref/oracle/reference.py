@@ -363,11 +363,15 @@ def _tolerance_part(rec: Mapping) -> dict:
     return {k: v for k, v in rec.items() if k not in RECORD_FIELDS}
 
 
-def kept_fields(rec: Mapping) -> dict:
-    """The fields of an array's record that neither its bytes nor its tolerance determine (``bitwise``):
-    rewriting the array or its tolerance keeps them; ``certified`` (its error / tolerance against the exact
-    backend, :func:`record_certified`) describes the old values and tolerance, and is dropped."""
-    return {k: rec[k] for k in RECORD_FIELDS[len(BYTES_FIELDS):] if k in rec and k != "certified"}
+def kept_fields(rec: Mapping, array: np.ndarray, tolerance: Mapping) -> dict:
+    """The fields of an array's record that stay when it is rewritten with the values ``array`` and the
+    tolerance ``tolerance``: ``bitwise`` always; ``certified`` (its error / tolerance against the exact
+    backend, :func:`record_certified`) only when both are unchanged, since it describes them."""
+    kept = {k: rec[k] for k in RECORD_FIELDS[len(BYTES_FIELDS):] if k in rec and k != "certified"}
+    same_bytes = all(rec.get(k) == v for k, v in _bytes_entry(np.asarray(array)).items())
+    if "certified" in rec and same_bytes and _tolerance_part(rec) == dict(tolerance):
+        kept["certified"] = rec["certified"]
+    return kept
 
 
 def record_certified(root: str | os.PathLike, ratios: Mapping[str, Mapping[str, float]]) -> None:
@@ -401,8 +405,15 @@ def _checked_entries(arrays: Mapping[str, np.ndarray], tolerances: Mapping[str, 
     unknown = sorted({k for n in arrays for k in fields.get(n, {}) if k not in known})
     if unknown:
         raise InputError(f"unknown array record field '{unknown[0]}'; known: {', '.join(known)}")
-    return {name: {**_bytes_entry(np.asarray(a)), **fields.get(name, {}),
-                   **check_tolerance(f"tolerance of '{name}'", tolerances[name])} for name, a in arrays.items()}
+    return {name: _record(_bytes_entry(np.asarray(a)), fields.get(name, {}),
+                          check_tolerance(f"tolerance of '{name}'", tolerances[name])) for name, a in arrays.items()}
+
+
+def _record(bytes_entry: Mapping, fields: Mapping, tolerance: Mapping) -> dict:
+    """An array's record in the manifest's order: bytes, ``bitwise``, the tolerance, ``certified``."""
+    rest = {k: v for k, v in fields.items() if k != "certified"}
+    certified = {"certified": fields["certified"]} if "certified" in fields else {}
+    return {**bytes_entry, **rest, **tolerance, **certified}
 
 
 def case_entry(model: str, kind: str, description: str, config: Mapping, seed: int,
@@ -669,7 +680,9 @@ def regen(root: str | os.PathLike | None, case: str, force: bool = False, backen
         raise ComparisonError(f"regen {case}: refused without --force ({why})\n{report.table()}")
     bits = bit_distances(old, {**new, **extra}, entry)
     tols = default_tolerances(entry["model"], entry["kind"], inputs, {**new, **extra}, outputs=new, backend=backend)
-    kept = {n: kept_fields(rec) for n, rec in {**entry["arrays"], **entry.get("intermediates", {})}.items()}
+    values = {**new, **extra}
+    kept = {n: kept_fields(rec, values[n], check_tolerance(f"tolerance of '{n}'", tols[n]))
+            for n, rec in {**entry["arrays"], **entry.get("intermediates", {})}.items() if n in values}
     fresh = case_entry(entry["model"], entry["kind"], entry["description"], entry["config"], entry["seed"],
                        inputs, new, tols, extra, kept)
     write_case(root, case, fresh, None, new, manifest, extra)
@@ -705,8 +718,8 @@ def retolerance(root: str | os.PathLike | None, case: str, backend: str = "numba
                               f"({report.summary()})\n{report.table()}")
     for section in ("arrays", "intermediates"):
         for name, rec in entry.get(section, {}).items():
-            entry[section][name] = {**{k: rec[k] for k in BYTES_FIELDS}, **kept_fields(rec),
-                                    **check_tolerance(f"tolerance of '{name}'", tols[name])}
+            tol = check_tolerance(f"tolerance of '{name}'", tols[name])
+            entry[section][name] = _record({k: rec[k] for k in BYTES_FIELDS}, kept_fields(rec, stored[name], tol), tol)
     save_manifest(root, manifest)
     return report
 
