@@ -357,3 +357,68 @@ def test_relative_error_leaves_out_entries_expected_to_be_zero():
     row = compare_one("g", np.array([0.0, 2.0, 0.0]), np.array([1e-17, 2.0 + 2.0 ** -51, 0.0]), tolerance(atol=1e-15))
     assert row.ok and row.max_abs_err == 2.0 ** -51 and row.max_rel_err == 2.0 ** -52   # not inf from the 0 entry
     assert compare_one("k", np.array([0, 3]), np.array([1, 3]), EXACT).max_rel_err == 0.0
+
+
+def _chunk_cases(rng):
+    """(expected, actual, tolerance) pairs whose verdicts draw on every part of a chunked comparison: the
+    worst entry, the first non-finite entry of each side, counts, head and per-step bounds, exact floats
+    and signed zeros, integers beyond 2^53."""
+    clean = rng.standard_normal((300, 7, 5))
+    e = clean.copy()
+    a = e + 1e-9 * rng.standard_normal(e.shape)
+    a[250, 3, 1] += 1e-3                      # the worst entry, in a late chunk
+    a[10, 0, 0] += 1e-5
+    a[200, 6, 4], a[290, 1, 1], e[120, 2, 2] = np.nan, -np.inf, np.inf
+    bounds = tolerance(rtol=1e-8, atol=1e-9, atol_per_step=1e-10, atol_max_scale=1e-12,
+                       head={"n": 20, "rtol": 1e-12, "atol": 0.0, "atol_max_scale": 0.0, "atol_per_step": 0.0})
+    zeros = np.zeros(5000)
+    signed = zeros.copy()
+    signed[4321] = -0.0
+    big = np.arange(2 ** 60, 2 ** 60 + 3000, dtype=np.int64)
+    moved = big.copy()
+    moved[2999] += 1                           # equal as float64, not as integers
+    return [(e, a, bounds), (e, e.copy(), bounds), (zeros, signed, EXACT), (big, moved, EXACT),
+            (clean.astype(np.float32), clean, tolerance(rtol=1e-6)), (np.array(3.0), np.array(3.5), tolerance(atol=0.1))]
+
+
+def test_a_comparison_in_chunks_reports_what_one_pass_does(monkeypatch, rng):
+    """Every field of every row (errors, ratio, counts, the worst and the first non-finite index) is the
+    same whatever the chunk size, down to chunks of 7 entries."""
+    from ntpref.oracle import compare
+
+    cases = _chunk_cases(rng)
+    whole = [compare_one("x", *case) for case in cases]
+    assert [r.ok for r in whole] == [False, False, False, False, True, False]
+    assert "expected holds inf at index (120, 2, 2)" in whole[0].note and "(250, 3, 1)" not in whole[0].note
+    assert whole[1].note == "expected holds inf at index (120, 2, 2); actual holds inf at index (120, 2, 2)"
+    assert whole[2].note == "1 entries differ" and whole[3].note == "1 entries differ"
+    e, a, bounds = np.nan_to_num(cases[0][0], posinf=0.0), np.nan_to_num(cases[0][1], nan=0.0, neginf=0.0), cases[0][2]
+    finite = compare_one("x", e, a, bounds)
+    t = np.arange(300)[:, None, None]
+    allowed = np.where(t < 20, 1e-12 * np.abs(e), 1e-9 + 1e-10 * t + 1e-12 * np.abs(e).max() + 1e-8 * np.abs(e))
+    outside = ~(np.abs(a - e) <= allowed)                            # the bound as docs/contract.md states it
+    worst = np.unravel_index(np.argmax(np.where(outside, np.abs(a - e), -1)), e.shape)
+    assert finite.note == f"{outside.sum()} entries outside; worst at {tuple(int(i) for i in worst)}", finite
+    assert finite.ratio == pytest.approx(np.max(np.abs(a - e) / allowed), rel=1e-15)
+    for size in (7, 4096):
+        monkeypatch.setattr(compare, "CHUNK", size)
+        assert [compare_one("x", *case) for case in cases] == whole
+        assert compare_one("x", e, a, bounds) == finite
+
+
+def test_a_comparison_takes_memory_of_one_chunk_not_of_the_arrays(monkeypatch):
+    """Two arrays of 2^21 entries (16 MiB each) compared in chunks of 2^14 entries: the comparison allocates
+    about 1 MiB, not the several copies of the arrays a whole-array pass would."""
+    import tracemalloc
+
+    from ntpref.oracle import compare
+
+    monkeypatch.setattr(compare, "CHUNK", 1 << 14)
+    e = np.linspace(-1.0, 1.0, 1 << 21)
+    for expected, a, tol in ((e, e + 1e-12, tolerance(rtol=1e-9, atol_per_step=1e-15)), (e, e.copy(), EXACT),
+                             (e.astype(np.float32), e, tolerance(rtol=1e-6))):
+        tracemalloc.start()
+        row = compare_one("x", expected, a, tol)
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        assert row.ok and peak < 2 ** 21, (row, peak)

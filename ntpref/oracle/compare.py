@@ -213,42 +213,120 @@ def _native(x: np.ndarray) -> np.ndarray:
     return x if x.dtype.isnative else x.astype(x.dtype.newbyteorder("="))
 
 
-def _index(mask: np.ndarray) -> tuple:
-    return tuple(int(i) for i in np.argwhere(mask)[0]) if mask.ndim else ()
+#: Entries per pass of a numeric comparison: its temporaries stay a few times 8 MiB whatever the arrays'
+#: size, so comparing two arrays takes little more memory than holding them.
+CHUNK = 1 << 20
 
 
-def _nonfinite(x: np.ndarray, label: str) -> str:
-    """"expected holds NaN at index (3,)" for the first non-finite entry of x ('' when all finite)."""
-    bad = ~np.isfinite(x)
-    if not bad.any():
-        return ""
-    first = x[np.nonzero(bad)][0] if x.ndim else x
-    what = "NaN" if np.isnan(first) else ("inf" if first > 0 else "-inf")
-    more = f" ({int(bad.sum())} non-finite entries)" if bad.sum() > 1 else ""
-    return f"{label} holds {what} at index {_index(bad)}{more}"
+def _chunks(size: int):
+    """Slices of 0..size in :data:`CHUNK` steps (one empty slice for size 0)."""
+    return [slice(i, min(i + CHUNK, size)) for i in range(0, max(size, 1), CHUNK)]
+
+
+def _finite_scale(flat: np.ndarray) -> float:
+    """max |x| over the finite entries of a flat array (0 for none), chunk by chunk."""
+    top = 0.0
+    for part in _chunks(flat.size):
+        mag = np.abs(flat[part])
+        top = max(top, float(np.max(mag[np.isfinite(mag)], initial=0.0)))
+    return top
+
+
+def _flat_bounds(mag: np.ndarray, t: np.ndarray, scale: float, tol: Mapping, head: bool) -> np.ndarray:
+    """atol + atol_per_step·t + atol_max_scale·scale + rtol·mag for entries at rows t (the head's bounds on
+    rows t < n when ``head``)."""
+    def bound(b):
+        return b["atol"] + b["atol_per_step"] * t + b["atol_max_scale"] * scale + b["rtol"] * mag
+
+    out = bound(tol)
+    if head and "head" in tol:
+        out = np.where(t < tol["head"]["n"], bound(tol["head"]), out)
+    return out
+
+
+def _rows(e: np.ndarray, part: slice, dtype) -> np.ndarray:
+    """The row (index along axis 0) of each flat entry of ``part`` of an array shaped like ``e``."""
+    per_row = int(np.prod(e.shape[1:], dtype=np.int64)) if e.ndim else 1
+    return (np.arange(part.start, part.stop) // max(per_row, 1)).astype(dtype)
 
 
 def element_bounds(e: np.ndarray, tol: Mapping) -> np.ndarray:
     """The bound every element of an array must meet against the expected array ``e``, the same shape:
     atol + atol_per_step·t + atol_max_scale·max|e| + rtol·|e| (t: the element's index along axis 0; head
     bounds on the first n rows), in e's dtype. ``tol`` is a validated tolerance (:func:`check_tolerance`)."""
-    mag = np.abs(e)
-    scale = np.max(mag[np.isfinite(mag)], initial=0.0)
-    t = np.arange(e.shape[0], dtype=e.dtype).reshape((-1,) + (1,) * (e.ndim - 1)) if e.ndim else np.zeros((), e.dtype)
+    flat = e.reshape(-1)
+    t = _rows(e, slice(0, flat.size), e.dtype)
+    return np.asarray(_flat_bounds(np.abs(flat), t, _finite_scale(flat), tol, e.ndim >= 1),
+                      dtype=e.dtype).reshape(e.shape)
 
-    def bound(b, t, mag):
-        return b["atol"] + b["atol_per_step"] * t + b["atol_max_scale"] * scale + b["rtol"] * mag
 
-    out = np.array(np.broadcast_to(bound(tol, t, mag), e.shape))
-    if "head" in tol and e.ndim >= 1:
-        n = tol["head"]["n"]
-        out[:n] = bound(tol["head"], t[:n], mag[:n])
-    return out
+class _Scan:
+    """What one pass over two same-shaped numeric arrays finds, chunk by chunk (:data:`CHUNK`): the largest
+    absolute and relative errors, the entries outside the bound and the worst of them, the largest
+    err/bound, and the first non-finite entry of each side. ``bounded``: compare under ``tol``'s bounds;
+    otherwise entries must be equal (and zeros of the same sign for floats)."""
+
+    def __init__(self, e: np.ndarray, a: np.ndarray, tol: Mapping, work: np.dtype, bounded: bool):
+        fe, fa = e.reshape(-1), a.reshape(-1)
+        floating = work.kind == "f"
+        scale = _finite_scale(fe) if bounded and floating else 0.0   # exact in e's own dtype
+        self.max_abs, self.max_rel, self.any_nonzero, self.n_bad = 0.0, 0.0, False, 0
+        self.worst, self.worst_diff, self.ratio = None, -1.0, 0.0
+        self.nonfinite = [[0, None, None], [0, None, None]]      # per side: count, first flat index, value
+        for part in _chunks(fe.size):
+            ce, ca = fe[part].astype(work, copy=False), fa[part].astype(work, copy=False)
+            if not floating:
+                ce, ca = ce.astype(np.float64), ca.astype(np.float64)
+            else:
+                for side, x in enumerate((ce, ca)):
+                    bad = ~np.isfinite(x)
+                    if bad.any():
+                        record = self.nonfinite[side]
+                        if record[1] is None:
+                            first = int(np.argmax(bad))
+                            record[1], record[2] = part.start + first, float(x[first])
+                        record[0] += int(bad.sum())
+            with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+                finite = np.isfinite(ce) & np.isfinite(ca)
+                diff = np.where(finite, np.abs(ca - ce), 0.0)
+                rel = np.where((diff == 0) | (ce == 0), 0.0, diff / np.abs(ce))   # relative to 0: undefined
+                if bounded:
+                    allowed = _flat_bounds(np.abs(ce), _rows(e, part, work), scale, tol, e.ndim >= 1)
+                    bad = ~(diff <= allowed)
+                    ratio = np.where(diff == 0, 0.0, np.where(allowed > 0, diff / allowed, np.inf))
+                    self.ratio = max(self.ratio, float(ratio.max(initial=0.0)))
+                else:
+                    # integers by their own values (a float64 copy would merge those beyond 2^53)
+                    bad = (ca != ce) | (np.signbit(ca) != np.signbit(ce)) if floating else fa[part] != fe[part]
+            self.max_abs = max(self.max_abs, float(diff.max(initial=0.0)))
+            self.max_rel = max(self.max_rel, float(rel.max(initial=0.0)))
+            self.any_nonzero = self.any_nonzero or bool((ce != 0).any())
+            if bad.any():
+                self.n_bad += int(bad.sum())
+                masked = np.where(bad, diff, -1.0)
+                k = int(np.argmax(masked))
+                if masked[k] > self.worst_diff:
+                    self.worst, self.worst_diff = part.start + k, float(masked[k])
+
+    def nonfinite_text(self, shape: tuple, labels: tuple[str, str]) -> str:
+        """"expected holds NaN at index (3,)" for each side with a non-finite entry, joined by "; "."""
+        texts = []
+        for (count, first, value), label in zip(self.nonfinite, labels):
+            if count:
+                what = "NaN" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+                more = f" ({count} non-finite entries)" if count > 1 else ""
+                texts.append(f"{label} holds {what} at index {_unravel(first, shape)}{more}")
+        return "; ".join(texts)
+
+
+def _unravel(flat: int, shape: tuple) -> tuple:
+    return tuple(int(i) for i in np.unravel_index(flat, shape)) if shape else ()
 
 
 def compare_one(name: str, expected: np.ndarray, actual: np.ndarray, tol: Mapping,
                 labels: tuple[str, str] = ("expected", "actual")) -> Row:
-    """Compare one pair of arrays under ``tol`` (a dict as in :func:`tolerance`); see the module docstring."""
+    """Compare one pair of arrays under ``tol`` (a dict as in :func:`tolerance`); see the module docstring.
+    Numeric arrays are compared :data:`CHUNK` entries at a time."""
     e, a = _native(np.asarray(expected)), _native(np.asarray(actual))
     tol = check_tolerance(f"tolerance of '{name}'", tol)
     text = tolerance_text(tol)
@@ -264,37 +342,19 @@ def compare_one(name: str, expected: np.ndarray, actual: np.ndarray, tol: Mappin
     if ce not in ("floating-point", "integer"):
         equal = bool(np.array_equal(e, a))
         return Row(name, e.shape, None, None, "exact", equal, "" if equal else f"{int(np.sum(e != a))} entries differ")
-    if ce == "integer":
-        ok = bool(np.array_equal(e, a))
-        diff = np.abs(e.astype(np.float64) - a.astype(np.float64))
-        rel = np.divide(diff, np.abs(e.astype(np.float64)), out=np.zeros_like(diff), where=e != 0)
-        return Row(name, e.shape, float(diff.max(initial=0.0)), float(rel.max(initial=0.0)), "exact", ok,
-                   "" if ok else f"{int(np.sum(e != a))} entries differ")
-    work = np.result_type(e.dtype, a.dtype)
-    e, a = e.astype(work, copy=False), a.astype(work, copy=False)
-    finite = np.isfinite(e) & np.isfinite(a)
-    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
-        diff = np.where(finite, np.abs(a - e), 0.0)
-        rel = np.where((diff == 0) | (e == 0), 0.0, diff / np.abs(e))   # relative to 0 is undefined, not inf
-    max_abs = float(diff.max(initial=0.0))
-    max_rel = float(rel.max(initial=0.0)) if (e != 0).any() else None
-    nonfinite = "; ".join(filter(None, (_nonfinite(e, labels[0]), _nonfinite(a, labels[1]))))
-    ratio = None
-    if _is_exact(tol) and "head" not in tol:
-        bad = (a != e) | (np.signbit(a) != np.signbit(e))
-        note = f"{int(bad.sum())} entries differ" if bad.any() else ""
-    else:
-        with np.errstate(invalid="ignore", over="ignore"):
-            allowed = element_bounds(e, tol)
-        bad = ~(diff <= allowed)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            ratio = float(np.where(diff == 0, 0.0, np.where(allowed > 0, diff / allowed, np.inf)).max(initial=0.0))
+    integer = ce == "integer"
+    bounded = not integer and not (_is_exact(tol) and "head" not in tol)
+    scan = _Scan(e, a, tol, np.result_type(e.dtype, a.dtype), bounded)
+    max_rel = scan.max_rel if scan.any_nonzero or integer else None
+    nonfinite = scan.nonfinite_text(e.shape, labels)
+    if not scan.n_bad:
         note = ""
-        if bad.any():
-            worst = np.unravel_index(int(np.argmax(np.where(bad, diff, -1.0))), e.shape) if e.ndim else ()
-            note = f"{int(bad.sum())} entries outside; worst at {tuple(int(i) for i in worst)}"
-    note = nonfinite or note
-    return Row(name, e.shape, max_abs, max_rel, text, not nonfinite and not bad.any(), note, ratio)
+    elif bounded:
+        note = f"{scan.n_bad} entries outside; worst at {_unravel(scan.worst, e.shape)}"
+    else:
+        note = f"{scan.n_bad} entries differ"
+    return Row(name, e.shape, scan.max_abs, max_rel, "exact" if integer else text,
+               not nonfinite and not scan.n_bad, nonfinite or note, scan.ratio if bounded else None)
 
 
 def compare_arrays(expected: Mapping[str, np.ndarray], actual: Mapping[str, np.ndarray],
