@@ -410,6 +410,9 @@ def test_missing_reference_directory_exit_2(capsys, tmp_path, monkeypatch):
     rc, out, err = conformance(capsys, ADAPTERS / "oracle_numpy.py", "--model", "indrnn", "--random", 1, "--root", missing)
     assert (rc, err) == (2, line)
     assert (main(["verify", "--root", str(missing)]), capsys.readouterr().err) == (2, line)
+    assert (main(["verify", "--list", "--root", str(missing)]), capsys.readouterr().err) == (2, line)
+    assert (main(["export", "indrnn_eval", "-o", str(tmp_path / "out"), "--root", str(missing)]),
+            capsys.readouterr().err) == (2, line)
     monkeypatch.setenv("NTPREF_REFERENCE_RUNS", str(missing))
     rc, out, err = conformance(capsys, ADAPTERS / "oracle_numpy.py", "--model", "indrnn", "--random", 1)
     assert (rc, err) == (2, line)

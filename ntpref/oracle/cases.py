@@ -95,12 +95,11 @@ def stored_cases(models: Iterable[str] | None = None, root: str | os.PathLike | 
     root: a reference directory (default :func:`ntpref.oracle.reference.default_root`); one without cases
     is an InputError, as for ``ntpref verify``. A file that does not match the manifest is an InputError
     naming the case, the file and the array."""
-    from .reference import default_root, load_manifest, require_cases, tolerances_of
+    from .reference import default_root, load_cases, tolerances_of
 
     models = check_models(models)
     root = Path(root if root is not None else default_root())
-    manifest = load_manifest(root)
-    require_cases(root, manifest)
+    manifest = load_cases(root)
     out = []
     for name, entry in manifest["cases"].items():
         if entry["model"] in models and entry["kind"] in kinds:

@@ -266,11 +266,14 @@ def load_manifest(root: str | os.PathLike | None = None) -> dict:
     return manifest
 
 
-def require_cases(root: Path, manifest: Mapping) -> None:
-    """InputError when ``manifest``, that of the reference directory ``root``, holds no case: the directory
-    is missing or has no manifest yet, so there is nothing to verify or run (a mistyped ``--root``)."""
+def load_cases(root: Path) -> dict:
+    """The manifest of the reference directory ``root`` (:func:`load_manifest`) for reading its cases:
+    InputError when it holds none, since the directory is missing or has no manifest yet and there is
+    nothing to verify, list, export or run (a mistyped ``--root``)."""
+    manifest = load_manifest(root)
     if not manifest["cases"]:
         raise InputError(f"{root}: no reference cases (manifest.json missing or empty)")
+    return manifest
 
 
 def _require(where: str, obj: Mapping, key: str, types, what: str):
@@ -631,7 +634,7 @@ def verify(root: str | os.PathLike | None = None, cases: Iterable[str] | None = 
            backend: str = "numba") -> list[CaseResult]:
     """Verify the named cases (all when None) of the reference directory ``root``."""
     root = Path(root if root is not None else default_root())
-    manifest = load_manifest(root)
+    manifest = load_cases(root)
     return [verify_case(root, c, manifest["cases"][c], backend) for c in _select(manifest, cases)]
 
 
@@ -661,7 +664,7 @@ def regen(root: str | os.PathLike | None, case: str, force: bool = False, backen
     in between, ``verify`` reports a hash mismatch and rerunning ``regen`` repairs it.
     """
     root = Path(root if root is not None else default_root())
-    manifest = load_manifest(root)
+    manifest = load_cases(root)
     _select(manifest, [case])
     entry = manifest["cases"][case]
     inputs, in_problems = check_file(root, case, entry, "input.npz")
@@ -699,7 +702,7 @@ def retolerance(root: str | os.PathLike | None, case: str, backend: str = "numba
     values, not the tolerances, need attention: ``regen``). Returns that comparison.
     """
     root = Path(root if root is not None else default_root())
-    manifest = load_manifest(root)
+    manifest = load_cases(root)
     _select(manifest, [case])
     entry = manifest["cases"][case]
     stored, problems = {}, []
@@ -732,7 +735,7 @@ def export(root: str | os.PathLike | None, case: str, outdir: str | os.PathLike)
     ``ntpref compare --tolerances``.
     """
     root = Path(root if root is not None else default_root())
-    manifest = load_manifest(root)
+    manifest = load_cases(root)
     _select(manifest, [case])
     entry = manifest["cases"][case]
     problems = [p for f in entry["files"] for p in check_file(root, case, entry, f)[1]]
@@ -810,13 +813,12 @@ def _root(args) -> Path:
 
 def _handle_verify(args) -> int:
     root = _root(args)
-    manifest = load_manifest(root)
+    manifest = load_cases(root)
     if args.list:
         for name in _select(manifest, args.cases):
             c = manifest["cases"][name]
             print(f"{name} [{c['model']} {c['kind']}]: {c['description']}")
         return 0
-    require_cases(root, manifest)
     results = verify(root, args.cases, args.backend)
     return 0 if _print_results(results, manifest, args.verbose, promises=args.backend == "numba") else 1
 
