@@ -39,7 +39,7 @@ algorithm, vectorised over sentences). When all a_l are equal, g_s = 0 exactly a
 λ_i = σ + m + log w_i; the sum over sentences is shifted by Λ = max λ_i, which is returned.
 
 Work slots. A pass keeps every per-sentence quantity in its own array with one row per sentence, [N],
-[N, K] or [N, Lmax] (the tuple of :func:`slots`, unpacked into these names where it is used):
+[N, K] or [N, Lmax], the fields of :class:`Slots` (from :func:`slots`):
 
     forward          l1 (the first arg max, int64), u = u_l, attn = φ, logits = z, rmax = r_max,
                      e_rmax = e^{-|r_max|}, gzt = g̃, losses = ℓ_i, m = m_i
@@ -47,8 +47,10 @@ Work slots. A pass keeps every per-sentence quantity in its own array with one r
     MODE_KQ_STABLE   a = ã, D = D_l, gap = s_2 - s_1 (= σ + 2 log U), v = v_l, gst = g̃_s, lam = λ_i
     MODE_OV_STABLE   lam = λ_i
 
-The reduction sums (gz, gs) in MODE_GRAD and (gzt, gst) in the stable modes (:func:`_results`), with a
-factor c_i per sentence: w_i in MODE_GRAD, e^{λ_i - Λ} in the stable modes.
+The reduction sums (gz, gs) in MODE_GRAD and (gzt, gst) in the stable modes (:class:`Results`, from
+:func:`_results`), with a factor c_i per sentence: w_i in MODE_GRAD, e^{λ_i - Λ} in the stable modes. A
+parallel loop cannot receive a named tuple (numba issue #10139: its gufunc does not know the class), so
+the parallel driver hands :func:`_rows` the plain tuple of the slots, which it names again.
 
 Phases and the exponential loop. A pass runs in phases over a range of sentences (:func:`_rows`); each
 phase first does the per-sentence work of all its sentences, then takes every exponential that work
@@ -79,6 +81,7 @@ driver and any thread count. :func:`ngd_steps` runs whole stretches of Algorithm
 metrics) on the serial pass, so a training loop makes one compiled call per chunk of steps.
 """
 import math
+from collections import namedtuple
 
 import numpy as np
 from numba import njit, prange
@@ -90,6 +93,13 @@ MODE_GRAD = 1
 MODE_KQ_STABLE = 2
 MODE_OV_STABLE = 3
 BLOCK = 64         # sentences per work item of the parallel driver
+
+#: The work slots of a pass (module docstring): l1 int64 [N]; rmax, e_rmax, losses, m, e_m, gap, lam [N];
+#: logits, gzt, gz [N, K]; u, attn, a, gs, D, v, gst [N, Lmax].
+Slots = namedtuple("Slots", "l1 u attn logits gzt rmax e_rmax losses m e_m gz a gs D gap v gst lam")
+#: What a pass leaves for the reduction: losses, lam [N], logits [N, K], attn [N, Lmax], and the factors of
+#: the gradients, gz [N, K] and gs [N, Lmax] (g_z, g_s in MODE_GRAD; g̃, g̃_s in the stable modes).
+Results = namedtuple("Results", "losses lam logits gz attn gs")
 
 
 @njit(cache=True, error_model="numpy")
@@ -140,14 +150,16 @@ def _first_argmax_score(i, tokens, lengths, Bkq):
 
 
 @njit(cache=True, error_model="numpy", inline="always")
-def _forward_rows(i0, i1, tokens, lengths, targets, BovT, Bkq, l1, u, attn, logits, gzt, rmax, e_rmax, losses, m):
-    """Forward pass of sentences i0..i1-1, phases 1–3 of the module docstring.
+def _forward_rows(i0, i1, tokens, lengths, targets, BovT, Bkq, ws):
+    """Forward pass of sentences i0..i1-1, phases 1–3 of the module docstring, into the slots ``ws``.
 
     Writes l1[i] (the first arg max of the scores, s_1 its score), u[i] = e^{s_l - s_1} (1 on padding),
     attn[i] = φ = u/U with U = Σ_l u_l (position order; 0 on padding), logits[i] = z = Σ_l φ_l B_ov[:, τ_l],
     rmax[i] = r_max, e_rmax[i] = e^{-|r_max|}, gzt[i] = g̃ = p̃ - S e_y (g_z = e^m g̃), losses[i] = ℓ_i and
     m[i] = m_i.
     """
+    l1, u, attn, logits, gzt, rmax, e_rmax, losses, m = (ws.l1, ws.u, ws.attn, ws.logits, ws.gzt, ws.rmax,
+                                                         ws.e_rmax, ws.losses, ws.m)
     Lmax = u.shape[1]
     K = logits.shape[1]
     for i in range(i0, i1):
@@ -219,9 +231,11 @@ def _sentence_a(i, tokens, lengths, BovT, g, a):
 
 
 @njit(cache=True, error_model="numpy", inline="always")
-def _naive_rows(i0, i1, tokens, lengths, BovT, m, gzt, attn, e_m, gz, a, gs):
-    """Plain float64 gradients of sentences i0..i1-1 (docs/twostage.md §3): e_m[i] = e^{m_i} (one exponential
-    loop), gz[i] = g_z = e^m g̃, a[i] = X^T W_ov^T E g_z, gs[i] = g_s = φ ⊙ (a - (φ·a) 1)."""
+def _naive_rows(i0, i1, tokens, lengths, BovT, ws):
+    """Plain float64 gradients of sentences i0..i1-1 (docs/twostage.md §3) into the slots ``ws``:
+    e_m[i] = e^{m_i} (one exponential loop), gz[i] = g_z = e^m g̃, a[i] = X^T W_ov^T E g_z,
+    gs[i] = g_s = φ ⊙ (a - (φ·a) 1)."""
+    m, gzt, attn, e_m, gz, a, gs = ws.m, ws.gzt, ws.attn, ws.e_m, ws.gz, ws.a, ws.gs
     for i in range(i0, i1):
         e_m[i] = m[i]
     _exp_inplace(e_m[i0:i1])
@@ -239,10 +253,11 @@ def _naive_rows(i0, i1, tokens, lengths, BovT, m, gzt, attn, e_m, gz, a, gs):
 
 
 @njit(cache=True, error_model="numpy", inline="always")
-def _kq_stable_rows(i0, i1, tokens, lengths, weights, BovT, Bkq, l1, u, m, gzt, a, D, gap, v, gst, lam):
-    """Log-scaled attention gradients of sentences i0..i1-1 (module docstring): a[i] = ã from g̃,
-    D[i] = D_l, gap[i] = s_2 - s_1, v[i] = v_l (1 on A and padding), then gst[i] = g̃_s and
-    lam[i] = λ_i = σ + m + log w_i (-inf, gst[i] = 0, when g_s = 0 exactly)."""
+def _kq_stable_rows(i0, i1, tokens, lengths, weights, BovT, Bkq, ws):
+    """Log-scaled attention gradients of sentences i0..i1-1 (module docstring) into the slots ``ws``:
+    a[i] = ã from g̃, D[i] = D_l, gap[i] = s_2 - s_1, v[i] = v_l (1 on A and padding), then gst[i] = g̃_s
+    and lam[i] = λ_i = σ + m + log w_i (-inf, gst[i] = 0, when g_s = 0 exactly)."""
+    l1, u, m, gzt, a, D, gap, v, gst, lam = ws.l1, ws.u, ws.m, ws.gzt, ws.a, ws.D, ws.gap, ws.v, ws.gst, ws.lam
     Lmax = v.shape[1]
     for i in range(i0, i1):
         _sentence_a(i, tokens, lengths, BovT, gzt, a)
@@ -288,9 +303,8 @@ def _kq_stable_rows(i0, i1, tokens, lengths, weights, BovT, Bkq, l1, u, m, gzt, 
 
 @njit(cache=True, error_model="numpy")
 def slots(N, Lmax, K):
-    """The work slots of a pass over N sentences (module docstring), allocated once per pass or training
-    loop and reused by every step: (l1, u, attn, logits, gzt, rmax, e_rmax, losses, m, e_m, gz, a, gs, D,
-    gap, v, gst, lam). Each is its own array, a row of one allocation per shape (l1 int64 [N])."""
+    """The :class:`Slots` of a pass over N sentences (module docstring), allocated once per pass or training
+    loop and reused by every step. Each is its own array, a row of one allocation per shape."""
     l1 = np.empty(N, dtype=np.int64)
     by_sentence = np.empty((7, N))
     rmax, e_rmax, losses, m, e_m, gap, lam = (by_sentence[0], by_sentence[1], by_sentence[2], by_sentence[3],
@@ -300,46 +314,48 @@ def slots(N, Lmax, K):
     by_position = np.empty((7, N, Lmax))
     u, attn, a, gs, D, v, gst = (by_position[0], by_position[1], by_position[2], by_position[3], by_position[4],
                                  by_position[5], by_position[6])
-    return l1, u, attn, logits, gzt, rmax, e_rmax, losses, m, e_m, gz, a, gs, D, gap, v, gst, lam
+    return Slots(l1, u, attn, logits, gzt, rmax, e_rmax, losses, m, e_m, gz, a, gs, D, gap, v, gst, lam)
 
 
 @njit(cache=True, error_model="numpy")
-def _rows(i0, i1, mode, tokens, lengths, targets, weights, BovT, Bkq, ws):
-    """All per-sentence work of a pass for sentences i0..i1-1 (writes only their rows of the slots ws)."""
-    l1, u, attn, logits, gzt, rmax, e_rmax, losses, m, e_m, gz, a, gs, D, gap, v, gst, lam = ws
-    _forward_rows(i0, i1, tokens, lengths, targets, BovT, Bkq, l1, u, attn, logits, gzt, rmax, e_rmax, losses, m)
+def _rows(i0, i1, mode, tokens, lengths, targets, weights, BovT, Bkq, slot_tuple):
+    """All per-sentence work of a pass for sentences i0..i1-1 (writes only their rows of the slots);
+    ``slot_tuple`` is the plain tuple of the :class:`Slots` (``ws[:]``: a parallel loop cannot pass the
+    named one, module docstring)."""
+    ws = Slots(*slot_tuple)
+    _forward_rows(i0, i1, tokens, lengths, targets, BovT, Bkq, ws)
     if mode == MODE_GRAD:
-        _naive_rows(i0, i1, tokens, lengths, BovT, m, gzt, attn, e_m, gz, a, gs)
+        _naive_rows(i0, i1, tokens, lengths, BovT, ws)
     elif mode == MODE_KQ_STABLE:
-        _kq_stable_rows(i0, i1, tokens, lengths, weights, BovT, Bkq, l1, u, m, gzt, a, D, gap, v, gst, lam)
+        _kq_stable_rows(i0, i1, tokens, lengths, weights, BovT, Bkq, ws)
     elif mode == MODE_OV_STABLE:
         for i in range(i0, i1):
-            lam[i] = m[i] + math.log(weights[i]) if weights[i] > 0.0 and m[i] > -np.inf else -np.inf
+            ws.lam[i] = ws.m[i] + math.log(weights[i]) if weights[i] > 0.0 and ws.m[i] > -np.inf else -np.inf
 
 
 @njit(cache=True, error_model="numpy", inline="always")
 def _results(ws, mode):
-    """(losses, lam, logits, gz, attn, gs) of a pass in ``mode`` from its slots ws: what :func:`reduce`
-    sums, with gz, gs the factors of the gradients, g_z and g_s in MODE_GRAD, g̃ and g̃_s (slots gzt, gst)
-    in the stable modes."""
-    _, _, attn, logits, gzt, _, _, losses, _, _, gz, _, gs, _, _, _, gst, lam = ws
+    """The :class:`Results` of a pass in ``mode`` from its slots ``ws``: what :func:`reduce` sums, with gz,
+    gs the factors of the gradients, g_z and g_s in MODE_GRAD, g̃ and g̃_s (slots gzt, gst) in the stable
+    modes."""
     if mode == MODE_GRAD:
-        return losses, lam, logits, gz, attn, gs
-    return losses, lam, logits, gzt, attn, gst
+        return Results(ws.losses, ws.lam, ws.logits, ws.gz, ws.attn, ws.gs)
+    return Results(ws.losses, ws.lam, ws.logits, ws.gzt, ws.attn, ws.gst)
 
 
 @njit(cache=True, parallel=True, error_model="numpy")
 def sentences_parallel(tokens, lengths, targets, weights, Bov, Bkq, mode):
     """The per-sentence part of :func:`pass_serial` with blocks of BLOCK sentences spread over threads
-    (prange; each block writes only its own rows, so the result is bitwise the same). Returns
-    (losses, lam, logits, gz, attn, gs) of :func:`_results`, which :func:`reduce` sums. Called from
+    (prange; each block writes only its own rows, so the result is bitwise the same). Returns the
+    :class:`Results` of :func:`_results`, which :func:`reduce` sums. Called from
     Python only: a cached njit caller of a parallel function segfaults when loaded from Numba's cache
     (numba issue #8578)."""
     N, Lmax = tokens.shape
     ws = slots(N, Lmax, Bov.shape[0])
+    slot_tuple = ws[:]
     BovT = Bov.T.copy()
     for b in prange((N + BLOCK - 1) // BLOCK):
-        _rows(b * BLOCK, min(N, (b + 1) * BLOCK), mode, tokens, lengths, targets, weights, BovT, Bkq, ws)
+        _rows(b * BLOCK, min(N, (b + 1) * BLOCK), mode, tokens, lengths, targets, weights, BovT, Bkq, slot_tuple)
     return _results(ws, mode)
 
 
@@ -348,9 +364,9 @@ def _pass(tokens, lengths, targets, weights, BovT, Bkq, mode, ws, c, GovT, Gkq):
     """One serial pass over a weighted sentence set into the work slots ``ws`` (see :func:`slots`), with
     c [N] for the factors c_i and the zeroed sums GovT = G_ov^T, Gkq [K, K]; returns (loss, log_scale) as
     :func:`reduce`."""
-    _rows(0, tokens.shape[0], mode, tokens, lengths, targets, weights, BovT, Bkq, ws)
-    losses, lam, _, gz, attn, gs = _results(ws, mode)
-    return _reduce_into(tokens, lengths, weights, mode, losses, lam, gz, attn, gs, c, GovT, Gkq)
+    _rows(0, tokens.shape[0], mode, tokens, lengths, targets, weights, BovT, Bkq, ws[:])
+    r = _results(ws, mode)
+    return _reduce_into(tokens, lengths, weights, mode, r.losses, r.lam, r.gz, r.attn, r.gs, c, GovT, Gkq)
 
 
 @njit(cache=True, error_model="numpy")
@@ -369,8 +385,7 @@ def pass_serial(tokens, lengths, targets, weights, Bov, Bkq, mode):
     GovT = np.zeros((K, K))
     Gkq = np.zeros((K, K))
     loss, log_scale = _pass(tokens, lengths, targets, weights, Bov.T.copy(), Bkq, mode, ws, np.empty(N), GovT, Gkq)
-    losses, _, logits, _, attn, _ = _results(ws, mode)
-    return loss, log_scale, losses, logits, attn, GovT.T.copy(), Gkq
+    return loss, log_scale, ws.losses, ws.logits, ws.attn, GovT.T.copy(), Gkq
 
 
 @njit(cache=True, error_model="numpy")
@@ -512,7 +527,6 @@ def ngd_steps(tokens, lengths, targets, weights, E, onehot, W_ov, W_kq, train_kq
     ET = E.T.copy()                          # E^T [K, d]: G → E G E^T = congruence(E^T, G)
     ws = slots(N, Lmax, K)
     c = np.empty(N)
-    _, _, logits, _, attn, _ = _results(ws, mode)
     W = W_kq if train_kq else W_ov
     BovT = np.empty((K, K))
     Bkq = W_kq if onehot else congruence(E, W_kq)
@@ -532,7 +546,7 @@ def ngd_steps(tokens, lengths, targets, weights, E, onehot, W_ov, W_kq, train_kq
         pass_mode = MODE_FORWARD if t == T else mode
         loss[t], log_scale = _pass(tokens, lengths, targets, weights, BovT, Bkq, pass_mode, ws, c, GovT, Gkq)
         W_hist[t - t0] = W
-        accuracy[t], attn_opt[t] = accuracy_and_mass(logits, attn, tokens, lengths, targets, xstar)
+        accuracy[t], attn_opt[t] = accuracy_and_mass(ws.logits, ws.attn, tokens, lengths, targets, xstar)
         if t == T:
             break
         if train_kq:
