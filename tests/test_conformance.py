@@ -108,6 +108,17 @@ def test_broken_adapter_fails_named(capsys, name):
     assert out.splitlines()[-1].endswith(": FAIL")
 
 
+def test_a_scale_error_is_named_with_its_factor():
+    """1/m for 1/√m at m = 8 heads: every output of the paired-initialisation case is the oracle's over √8,
+    and the report says so with the factor."""
+    (case,) = [c for c in random_cases(["shallow"]) if c.id == "r0_shallow_0_eval_paired_mask"]
+    assert case.inputs["c"].shape == (8,)
+    report = check(ADAPTERS / "one_over_m.py", case)
+    notes = {r.name: r.note for r in report.rows if not r.ok}
+    assert set(notes) == {"grad_c", "grad_U", "grad_W"}, notes
+    assert all(n.endswith("; adapter = 0.353553 × oracle = oracle / 2.82843 (a scale)") for n in notes.values()), notes
+
+
 def test_gradient_error_fails_the_float32_envelope(capsys):
     """A 1e-3 relative error in one gradient is outside what float32 arithmetic allows."""
     rc, out, err = conformance(capsys, ADAPTERS / "gradient_error.py", "--no-stored", "--precision", "float32")

@@ -422,3 +422,31 @@ def test_a_comparison_takes_memory_of_one_chunk_not_of_the_arrays(monkeypatch):
         peak = tracemalloc.get_traced_memory()[1]
         tracemalloc.stop()
         assert row.ok and peak < 2 ** 21, (row, peak)
+
+
+@pytest.mark.parametrize("make, text", [
+    (lambda e: -e, "actual = −expected (a sign)"),
+    (lambda e: e / np.sqrt(8.0), "actual = 0.353553 × expected = expected / 2.82843 (a scale)"),
+    (lambda e: 3.0 * e, "actual = 3 × expected (a scale)"),
+    (lambda e: np.swapaxes(e, -1, -2), "actual = expected with its last two axes swapped (a transpose)"),
+    (np.zeros_like, "actual is 0 everywhere"),
+])
+def test_a_failing_array_names_the_shape_of_its_error(make, text, rng):
+    e = rng.standard_normal((3, 4, 4))
+    r = compare_one("g", e, make(e), tolerance(rtol=1e-10, atol_max_scale=1e-12))
+    assert not r.ok and r.note.endswith(f"; {text}"), r.note
+
+
+def test_an_error_without_a_shape_names_none(rng):
+    """Noise, a scale on part of the array, one number (a multiple of any other) and a symmetric array (its
+    own transpose) get no shape; the sign of one number does."""
+    e = rng.standard_normal((3, 4, 4))
+    tol = tolerance(rtol=1e-10, atol_max_scale=1e-12)
+    half = e.copy()
+    half[0] *= 2.0
+    symmetric = e + np.swapaxes(e, -1, -2)
+    for expected, actual in ((e, e + 1e-3 * rng.standard_normal(e.shape)), (e, half), (np.array(2.0), np.array(3.0)),
+                             (symmetric, symmetric + 1e-3)):
+        r = compare_one("g", expected, actual, tol)
+        assert not r.ok and r.note.count(";") == 1, r.note          # "N entries outside; worst at (...)"
+    assert compare_one("g", np.array(2.0), np.array(-2.0), tol).note.endswith("; actual = −expected (a sign)")

@@ -323,6 +323,40 @@ def _unravel(flat: int, shape: tuple) -> tuple:
     return tuple(int(i) for i in np.unravel_index(flat, shape)) if shape else ()
 
 
+#: Largest array whose error's shape :func:`error_shape` looks for (it makes a few copies of a failing one).
+SHAPE_MAX_ENTRIES = CHUNK
+
+
+def error_shape(e: np.ndarray, a: np.ndarray, tol: Mapping, labels: tuple[str, str] = ("expected", "actual")) -> str:
+    """The shape of the error of a finite float array ``a`` that fails its bound against ``e`` (same shape),
+    when it has one that explains all of it: ``a`` is 0 everywhere, or meets the bound ``tol`` against
+    −e (a sign), c·e with c = ⟨a, e⟩/⟨e, e⟩ (a scale, such as 1/√m for a 1/m; not for a single number, which
+    is a multiple of any other), or e with its last two
+    axes swapped (a transpose of square blocks, e.g. W [m, d, d]). The report's text for it ("actual = −
+    expected (a sign)"), or "" when none fits or the array has more than :data:`SHAPE_MAX_ENTRIES` entries."""
+    mine, theirs = labels[1], labels[0]
+    if not 0 < e.size <= SHAPE_MAX_ENTRIES:
+        return ""
+    if not np.any(a):
+        return f"{mine} is 0 everywhere" if np.any(e) else ""
+    work = np.result_type(e.dtype, a.dtype)
+    e64, a64 = e.astype(work), a.astype(work)
+    candidates = []
+    norm2 = float(np.vdot(e64, e64))
+    c = float(np.vdot(a64, e64)) / norm2 if norm2 > 0 else 0.0
+    if abs(c + 1.0) <= 1e-6:
+        candidates.append((-e64, f"{mine} = −{theirs} (a sign)"))
+    elif e.size > 1 and abs(c - 1.0) > 1e-6 and c != 0.0 and math.isfinite(c):   # one number is any scale
+        inverse = f" = {theirs} / {1.0 / c:.6g}" if abs(c) < 1.0 else ""
+        candidates.append((c * e64, f"{mine} = {c:.6g} × {theirs}{inverse} (a scale)"))
+    if e.ndim >= 2 and e.shape[-1] == e.shape[-2] > 1:
+        candidates.append((np.swapaxes(e64, -1, -2), f"{mine} = {theirs} with its last two axes swapped (a transpose)"))
+    for moved, text in candidates:
+        if not _Scan(np.ascontiguousarray(moved), a64, tol, work, True).n_bad:
+            return text
+    return ""
+
+
 def compare_one(name: str, expected: np.ndarray, actual: np.ndarray, tol: Mapping,
                 labels: tuple[str, str] = ("expected", "actual")) -> Row:
     """Compare one pair of arrays under ``tol`` (a dict as in :func:`tolerance`); see the module docstring.
@@ -351,6 +385,8 @@ def compare_one(name: str, expected: np.ndarray, actual: np.ndarray, tol: Mappin
         note = ""
     elif bounded:
         note = f"{scan.n_bad} entries outside; worst at {_unravel(scan.worst, e.shape)}"
+        shape = "" if nonfinite else error_shape(e, a, tol, labels)
+        note += f"; {shape}" if shape else ""
     else:
         note = f"{scan.n_bad} entries differ"
     return Row(name, e.shape, scan.max_abs, max_rel, "exact" if integer else text,
