@@ -12,6 +12,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 import numba
+import numpy as np
 import pytest
 
 import ntpref
@@ -231,3 +232,15 @@ def test_report_names_the_machine_and_the_extras():
     (line,) = [line for line in text.splitlines() if line.startswith("| shallow")]
     assert [cell.strip() for cell in line.strip("|").split("|")] == [
         "shallow n=4000 d=8 T=16 m=64", bm.timing.BASELINE, "1", "500.000 ms", "250.000 ms", "2", "1.0x"]
+
+
+def test_the_step_script_computes_each_models_step(capsys):
+    """benchmarks/step.py (instruction counts, docs/performance.md): each model's step is the public
+    loss-and-gradient call, finite; a bad usage is exit 2 with one line."""
+    for model in ("twostage", "shallow", "indrnn"):
+        result = bm.step.step(model)()
+        assert np.isfinite(result.loss) and result.loss > 0
+        assert bm.step.main([model, "1"]) == 0
+    assert bm.step.main(["gpt", "1"]) == 2
+    assert capsys.readouterr().err.count("\n") == 1
+    numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)
