@@ -3,9 +3,9 @@
 written from docs/twostage.md and docs/shallow.md, sharing no code with the NumPy and Numba backends.
 
     evaluate(arrays, as_float=True) -> dict[str, np.ndarray]     the outputs of ``ntpref eval``
-    train(arrays, as_float=True) -> dict[str, np.ndarray]        the outputs of ``ntpref train`` (two-stage:
-                                                                 without the max-margin solutions and
-                                                                 correlations)
+    train(arrays, as_float=True) -> dict[str, np.ndarray]        the outputs of ``ntpref train``, the
+                                                                 two-stage max-margin solutions and
+                                                                 correlations included
     compute(kind, arrays, as_float=True) -> dict[str, np.ndarray]
         everything it computes of a stored case of kind "eval" | "train" | "ntk" (the shallow
         transformer's NTK Gram matrix): the outputs and the intermediates kept beside them
@@ -46,8 +46,9 @@ def evaluate(arrays: Mapping[str, np.ndarray], as_float: bool = True) -> dict[st
 
 
 def train(arrays: Mapping[str, np.ndarray], as_float: bool = True) -> dict[str, np.ndarray]:
-    """The outputs of ``ntpref train`` for an input dict (docs/contract.md), in multiprecision: two-stage
-    W_ov, W_kq, stage1_/stage2_ loss and norm, loss_floor; shallow and IndRNN every output."""
+    """The outputs of ``ntpref train`` for an input dict (docs/contract.md), in multiprecision, every output
+    of every model (two-stage: W_ov, W_kq, W_ov_star, W_kq_star, loss_floor, stage1_/stage2_ loss, norm and
+    corr)."""
     return _module(arrays).train(arrays, as_float)
 
 

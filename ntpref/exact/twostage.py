@@ -1,5 +1,6 @@
 """Paper 1 (docs/twostage.md) in multiprecision: Eq. 1, the collocation loss L0, their closed-form
-gradients and Algorithm 1's normalized GD steps, written from the equations as plain Python loops.
+gradients, Algorithm 1's normalized GD steps and the max-margin solutions of §5 with the correlations ρ of
+the iterates with them, written from the equations as plain Python loops.
 
 Input arrays as in docs/contract.md: tokens [N, Lmax] (−1 past each length), lengths [N], targets [N],
 E [d, K] or K (then E = I_K, d = K), optional succ [K] (−1 = no successor), W_ov, W_kq [d, d]. Values are
@@ -16,6 +17,10 @@ Per sentence τ_1..τ_L (query q = τ_L, x_l = e_{τ_l}, target y), §2–§3:
 and L = Σ_i w_i ℓ_i (w_i = 1/N for Eq. 1, 1/|C| for L0). The two rewritten forms (p_y − 1 as a sum,
 g_s from the differences a_l − a_k = (x_l − x_k)ᵀ W_ovᵀ E g_z) are the same numbers in exact arithmetic
 and keep the relative accuracy of a saturated softmax, whose p_y − 1 and a_l − φ·a cancel.
+
+§5: W_ov* and W_kq* are the least-norm solutions (:mod:`ntpref.exact.maxmargin`) of the constraints
+(e_u − e_v)ᵀ W e_q ≥ 1 of :func:`collocation_constraints` ((n(x), v, x), x ∈ C, v ≠ n(x)) and of
+:func:`relation_constraints` ((u, v, q), (u, v) ∈ R_q), and ρ(W, W*) = ⟨W, W*⟩ / (‖W‖_F ‖W*‖_F).
 """
 from __future__ import annotations
 
@@ -26,7 +31,8 @@ import numpy as np
 
 from ..checks import as_scalar
 from ..errors import InputError
-from .arith import add_outer, combine, matvec, norm, precision, rmatvec, softmax, to_mp, to_numpy, zeros
+from .arith import add_outer, combine, flatten, matvec, norm, precision, rmatvec, softmax, to_mp, to_numpy, zeros
+from .maxmargin import least_norm
 
 
 class Sentences(NamedTuple):
@@ -76,17 +82,44 @@ def collocations(columns: list, succ) -> Sentences:
     return Sentences([[x] for x in C], [int(succ[x]) for x in C], [mpmath.mpf(1) / len(C)] * len(C), columns)
 
 
-def floor_sentences(S: Sentences, succ) -> Sentences:
-    """Every sentence of S reduced to [x*] (x*: its token whose successor is the target), same weights:
-    the loss of these is the floor L* of §6.2."""
+def optimal_tokens(S: Sentences, succ) -> list[int]:
+    """x* of every sentence of S: its token whose successor is the target (§1; copies allowed, the input is
+    expected realizable, so the first such token is the one)."""
     succ = np.asarray(succ).tolist()
-    reduced = []
+    out = []
     for i, (tokens, y) in enumerate(zip(S.tokens, S.targets)):
         optimal = [t for t in tokens if succ[t] == y]
         if not optimal:
             raise InputError(f"sentence {i}: no token whose successor is the target {y}")
-        reduced.append([optimal[0]])
-    return S._replace(tokens=reduced)
+        out.append(optimal[0])
+    return out
+
+
+def floor_sentences(S: Sentences, succ) -> Sentences:
+    """Every sentence of S reduced to [x*] (:func:`optimal_tokens`), same weights: the loss of these is the
+    floor L* of §6.2."""
+    return S._replace(tokens=[[x] for x in optimal_tokens(S, succ)])
+
+
+def collocation_constraints(succ) -> list[tuple[int, int, int]]:
+    """The constraints (u, v, q) of W_ov* (§5), (e_{n(x)} − e_v)ᵀ W e_x ≥ 1: (n(x), v, x) for every x of
+    C = {x : succ[x] ≥ 0} and v ≠ n(x)."""
+    succ = np.asarray(succ).tolist()
+    return [(n, v, x) for x, n in enumerate(succ) if n >= 0 for v in range(len(succ)) if v != n]
+
+
+def relation_constraints(S: Sentences, succ) -> list[tuple[int, int, int]]:
+    """The constraints (u, v, q) of W_kq* (§5), (e_u − e_v)ᵀ W e_q ≥ 1 for (u, v) in R_q: the observed
+    relations R_q = {(x*, τ) : a sentence with query q holds τ ≠ x*} (§1; the query itself is a token of
+    its sentence), each pair once, sorted by (q, u, v)."""
+    pairs = {(tokens[-1], x, t) for tokens, x in zip(S.tokens, optimal_tokens(S, succ)) for t in tokens if t != x}
+    return [(u, v, q) for q, u, v in sorted(pairs)]
+
+
+def correlation(W: list, W_star: list) -> mpmath.mpf:
+    """ρ(W, W*) = ⟨W, W*⟩ / (‖W‖_F ‖W*‖_F) of §5, 0 when either is zero."""
+    size = norm(W) * norm(W_star)
+    return mpmath.fdot(flatten(W), flatten(W_star)) / size if size else mpmath.mpf(0)
 
 
 def loss_and_grad(S: Sentences, W_ov: list, W_kq: list | None) -> Evaluation:
@@ -159,34 +192,40 @@ def train(arrays, as_float: bool = True) -> dict[str, np.ndarray]:
         stage 1, T0 times:  W_ov ← W_ov − η0 G/‖G‖_F,  G = ∇L0(W_ov)    (D0 of :func:`collocations`)
         stage 2, T times:   W_kq ← W_kq − η G/‖G‖_F,   G = ∇_{W_kq} L    (Eq. 1, W_ov frozen)
 
-    Returns W_ov, W_kq (final), stage1_loss / stage1_norm [T0 + 1] (L0, ‖W_ov‖_F after t updates),
-    stage2_loss / stage2_norm [T + 1] (L, ‖W_kq‖_F) and loss_floor (L* at the final W_ov). Not computed:
-    the max-margin solutions and the correlations with them."""
+    Returns W_ov, W_kq (final), the max-margin solutions W_ov_star, W_kq_star [d, d] of §5
+    (:func:`ntpref.exact.maxmargin.least_norm` on :func:`collocation_constraints` and
+    :func:`relation_constraints`), stage1_loss / stage1_norm / stage1_corr [T0 + 1] (L0, ‖W_ov‖_F, ρ(W_ov, W_ov*)
+    after t updates), stage2_loss / stage2_norm / stage2_corr [T + 1] (L, ‖W_kq‖_F, ρ(W_kq, W_kq*)) and
+    loss_floor (L* at the final W_ov)."""
     with precision():
         S = sentences(arrays)
         S0 = collocations(S.columns, arrays["succ"])
+        W_ov_star = least_norm(S.columns, collocation_constraints(arrays["succ"])).W
+        W_kq_star = least_norm(S.columns, relation_constraints(S, arrays["succ"])).W
         W_ov, W_kq = to_mp(arrays["W_ov"]), to_mp(arrays["W_kq"])
         eta0, eta = (mpmath.mpf(as_scalar(k, arrays[k])) for k in ("eta0", "eta"))
         T0, T = (as_scalar(k, arrays[k], kind="int") for k in ("T0", "T"))
-        W_ov, loss1, norm1 = _stage(W_ov, T0, eta0, lambda W: loss_and_grad(S0, W, None), "grad_W_ov")
-        W_kq, loss2, norm2 = _stage(W_kq, T, eta, lambda W: loss_and_grad(S, W_ov, W), "grad_W_kq")
+        W_ov, stage1 = _stage(W_ov, T0, eta0, lambda W: loss_and_grad(S0, W, None), "grad_W_ov", W_ov_star)
+        W_kq, stage2 = _stage(W_kq, T, eta, lambda W: loss_and_grad(S, W_ov, W), "grad_W_kq", W_kq_star)
         floor = loss_and_grad(floor_sentences(S, arrays["succ"]), W_ov, None).loss
-        out = {"W_ov": W_ov, "W_kq": W_kq, "stage1_loss": loss1, "stage1_norm": norm1, "stage2_loss": loss2,
-               "stage2_norm": norm2, "loss_floor": floor}
+        out = {"W_ov": W_ov, "W_kq": W_kq, "W_ov_star": W_ov_star, "W_kq_star": W_kq_star, "loss_floor": floor,
+               **{f"stage1_{k}": v for k, v in stage1.items()}, **{f"stage2_{k}": v for k, v in stage2.items()}}
         return {k: to_numpy(v, as_float) for k, v in out.items()}
 
 
-def _stage(W: list, steps: int, eta, evaluate_at, grad: str) -> tuple[list, list, list]:
+def _stage(W: list, steps: int, eta, evaluate_at, grad: str, W_star: list) -> tuple[list, dict[str, list]]:
     """One stage of Algorithm 1: ``steps`` updates W ← ngd_step(W, G, η) with G the field ``grad`` of
-    ``evaluate_at(W)``; returns the final W and the loss and ‖W‖_F after t = 0..steps updates."""
-    losses, norms = [], []
+    ``evaluate_at(W)``; returns the final W and {"loss", "norm", "corr"}: the loss, ‖W‖_F and ρ(W, W*) after
+    t = 0..steps updates."""
+    log = {"loss": [], "norm": [], "corr": []}
     for t in range(steps + 1):
         ev = evaluate_at(W)
-        losses.append(ev.loss)
-        norms.append(norm(W))
+        log["loss"].append(ev.loss)
+        log["norm"].append(norm(W))
+        log["corr"].append(correlation(W, W_star))
         if t < steps:
             W = ngd_step(W, getattr(ev, grad), eta)
-    return W, losses, norms
+    return W, log
 
 
 #: kind of case → its outputs (arrays, as_float) → dict.
@@ -195,12 +234,8 @@ KINDS = {"eval": evaluate, "train": train}
 INTERMEDIATES: dict = {}
 #: The inputs counting a train run's updates: stage 1, stage 2.
 STEPS = ("T0", "T")
-_MAX_MARGIN = ("a max-margin solution: the output of a QP solver, certified by its own duality gap "
-               "(docs/twostage.md §5), not an equation this backend evaluates")
-#: Outputs of the oracle the exact backend does not compute (name → why).
-NOT_COMPUTED = {"W_ov_star": _MAX_MARGIN, "W_kq_star": _MAX_MARGIN,
-                "stage1_corr": "the correlation of each iterate with the max-margin solution W_ov_star",
-                "stage2_corr": "the correlation of each iterate with the max-margin solution W_kq_star"}
+#: Outputs of the oracle the exact backend does not compute (name → why): none.
+NOT_COMPUTED: dict[str, str] = {}
 #: Inputs the exact backend does not read (name → what it does instead).
 IGNORED = {"direction": "the exact run steps along the exact normalized gradient G/‖G‖_F; the oracle's float64 "
                         "direction ('stable' in log scale, or 'naive') approximates it, and the case's tolerance "

@@ -19,8 +19,9 @@ and the element ``at`` where the ratio is largest (for a trajectory, ``at[0]`` i
 certified on a case when every ratio is ≤ 1. ``units`` is how many roundings of the array's largest entry
 the error is worth: 0 when the oracle is exact, inf for an error on an array that is exactly 0.
 
-Outputs of the oracle the exact backend does not compute (the two-stage max-margin solutions and the
-correlations with them) are listed per case as not certified, with the reason; inputs it does not read
+Outputs of the oracle the exact backend does not compute (its models' ``NOT_COMPUTED``, empty today, or any
+other output, "not computed by the exact backend") are listed per case as not certified, with the reason;
+inputs it does not read
 (the two-stage ``direction``: the exact run follows the exact normalized gradient, which every float64
 direction approximates within the case's tolerance) are named in the case's notes.
 
