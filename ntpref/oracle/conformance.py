@@ -72,7 +72,7 @@ from ..models import NAMES, SPECS
 from ..shipped import ADAPTERS, adapter_path
 from ..npzio import BUDGET_VARIABLE, MAX_MEMBERS, load_npy, load_npz, memory_budget, save_npz
 from .cases import DEFAULT_RANDOM, KINDS, PRECISIONS, TRAJECTORIES, Case, cases
-from .compare import Row, compare_arrays, compare_one
+from .compare import Row, check_tolerance, compare_arrays, compare_one, element_bounds
 
 __all__ = ["Adapter", "AdapterError", "CaseError", "CaseReport", "CommandAdapter", "NOT_IMPLEMENTED", "OPTIONAL",
            "RunReport", "cases", "check", "load_adapter", "run"]
@@ -391,17 +391,43 @@ def _quoting(message: str, tail: list[str]) -> str:
 
 
 # --- one case -----------------------------------------------------------------------------------------
+#: An array whose tolerance admits an error of this fraction of its largest entry, or more, is checked only
+#: coarsely on that case, and the report says so (:func:`coarse_arrays`).
+COARSE = 1e-2
+
+
+def coarse_arrays(expected: Mapping[str, np.ndarray], tols: Mapping[str, Mapping]) -> dict[str, float]:
+    """name → max_k bound_k / max|expected| for the float arrays whose tolerance admits an error of at
+    least :data:`COARSE` of their largest entry (bound_k of :func:`ntpref.oracle.compare.element_bounds`):
+    where the arithmetic of the precision cannot resolve the array (float32 in a cancelling regime), a pass
+    says little about it. Arrays that are 0 everywhere are left out."""
+    out = {}
+    for name, tol in tols.items():
+        e = np.asarray(expected.get(name))
+        if e.dtype.kind != "f" or not e.size:
+            continue
+        scale = float(np.max(np.abs(e)))
+        if scale > 0 and np.isfinite(scale):
+            with np.errstate(over="ignore", invalid="ignore"):
+                widest = float(np.max(element_bounds(e, check_tolerance(name, tol)))) / scale
+            if widest >= COARSE:
+                out[name] = widest
+    return out
+
+
 class CaseReport:
     """The outcome of one case: ``rows`` (one compared array each, :class:`ntpref.oracle.compare.Row`),
     ``unknown`` (returned names the oracle does not output), ``not_returned``, ``skipped`` (the reason,
     or None), ``departure`` ((array, step) of the failing quantity computed first, step None unless it is a
     per-step log; None when nothing failed),
-    ``error`` (why the implementation produced no outputs for the case, a :class:`CaseError`, or None).
+    ``error`` (why the implementation produced no outputs for the case, a :class:`CaseError`, or None),
+    ``coarse`` (array → the error its tolerance admits relative to its largest entry, for the compared arrays
+    :func:`coarse_arrays` names).
     ``ok`` is True when the case passed or was skipped; ``str(report)`` is its table and summary."""
 
     def __init__(self, case: Case, precision: str, rows=(), unknown=(), not_returned=(), skipped=None,
-                 departure=None, seconds=0.0, error=None):
-        self.case, self.precision = case, precision
+                 departure=None, seconds=0.0, error=None, coarse=None):
+        self.case, self.precision, self.coarse = case, precision, dict(coarse or {})
         self.rows, self.unknown, self.not_returned = list(rows), list(unknown), list(not_returned)
         self.skipped, self.departure, self.seconds, self.error = skipped, departure, seconds, error
 
@@ -455,6 +481,10 @@ class CaseReport:
             text += f"; first wrong in the order of computation: {self.departure[0]}"
         if self.not_returned:
             text += f"; not returned: {', '.join(self.not_returned)}"
+        if self.coarse:
+            bound = "float32 envelope" if self.precision == "float32" else "float64 tolerance"
+            text += (f"; checked only coarsely (the {bound} admits errors up to this fraction of the array's "
+                     f"largest entry): " + ", ".join(f"{n} {r:.1g}" for n, r in self.coarse.items()))
         return text
 
     def table(self, verbose: bool = True) -> str:
@@ -475,7 +505,7 @@ class CaseReport:
                 "error": self.error,
                 "rows": rows, "unknown": self.unknown, "not_returned": self.not_returned,
                 "departure": None if self.departure is None else {"array": self.departure[0], "step": self.departure[1]},
-                "seconds": round(self.seconds, 3)}
+                "coarse": {n: _number(r) for n, r in self.coarse.items()}, "seconds": round(self.seconds, 3)}
 
 
 def _number(x: float | None) -> float | str | None:
@@ -580,7 +610,8 @@ def check(adapter, case: Case, precision: str = "float64") -> CaseReport:
     return CaseReport(case, precision, rows=report.rows, unknown=[n for n in actual if n not in expected],
                       not_returned=[n for n in expected if n not in actual and n in outputs],
                       departure=_departure(case, report.rows, expected, actual, tols),
-                      seconds=time.perf_counter() - start)
+                      seconds=time.perf_counter() - start,
+                      coarse={n: r for n, r in coarse_arrays(expected, tols).items() if n in names})
 
 
 # --- a whole run --------------------------------------------------------------------------------------
@@ -616,8 +647,10 @@ class RunReport(list):
                         "(returned by no case; --skip-output NAME to accept)")
         elif not arrays and not counts["FAIL"]:
             verdict += " (nothing was compared)"
+        coarse = sum(len(r.coarse) for r in self)
+        coarse = f", {coarse} of them only coarsely" if coarse else ""
         return (f"{len(self)} cases: {counts['pass']} passed, {counts['FAIL']} failed, {counts['skip']} skipped; "
-                f"{arrays} arrays compared: {verdict}")
+                f"{arrays} arrays compared{coarse}: {verdict}")
 
 
 def _check_skips(skip_outputs: Iterable[str], selected: list[Case]) -> None:
