@@ -6,6 +6,7 @@ signature) and raises :class:`ntpref.errors.InputError` with a message that name
 from __future__ import annotations
 
 import argparse
+import math
 from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
@@ -40,6 +41,17 @@ def integer_at_least(lowest: int, why: str = ""):
 
 #: A command-line count (workers, seeds, repeats, threads) as an argparse type: a whole number >= 1.
 count_argument = integer_at_least(1)
+
+
+def positive_argument(text: str) -> float:
+    """An argparse type: a finite number > 0 (a step size, a timeout in seconds)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = None
+    if value is None or not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
+    return value
 
 
 def _shape_ok(shape: tuple, expected: tuple) -> bool:

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from ntpref.cli import main
+from ntpref.errors import InputError
 from ntpref.oracle.cases import stored_cases
 from ntpref.oracle.conformance import NOT_IMPLEMENTED, CommandAdapter, check, run
 
@@ -150,7 +151,6 @@ def test_usage_errors_exit_2(capsys, script, tmp_path):
             ([], "give one of an adapter file (ADAPTER.py), --adapter NAME (a shipped adapter: ntpref adapters lists "
                  "them) or --command 'CMD ...', none was given"),
             ([script, "--timeout", 5], "--timeout applies to --command only"),
-            (["--command", good, "--timeout", 0], "timeout must be a positive number of seconds, got 0.0"),
             (["--command", "cat {inptu} {output}"], "command 'cat {inptu} {output}': unknown placeholder {inptu} (the "
              "placeholders are {input}, {input_dir}, {output}, {output_dir}, {kind}, {model}; {{ and }} are "
              "literal braces)"),
@@ -162,6 +162,12 @@ def test_usage_errors_exit_2(capsys, script, tmp_path):
              f"{{output}}': no program '{tmp_path}/missing' (not on PATH, or not an executable file)")):
         rc, out, err = conformance(capsys, *args)
         assert (rc, err) == (2, f"ntpref: error: {line}\n"), (args, out)
+    for value in ("0", "-1", "inf", "soon"):
+        rc, out, err = conformance(capsys, "--command", good, "--timeout", value)
+        assert (rc, err) == (2, f"ntpref conformance: error: argument --timeout: expected a positive number, got "
+                                f"'{value}' (see 'ntpref conformance --help')\n")
+    with pytest.raises(InputError, match="timeout must be a positive number of seconds, got 0"):
+        CommandAdapter(good, timeout=0)
 
 
 @pytest.fixture(scope="module")

@@ -211,3 +211,14 @@ def test_seed_must_be_a_whole_number_at_least_zero(inputs, tmp_path, capsys):
     err = capsys.readouterr().err
     assert err == ("ntpref gradcheck: error: argument --seed: expected a whole number >= 0, got '-1' "
                    "(see 'ntpref gradcheck --help')\n")
+
+
+def test_eps_must_be_a_positive_number(inputs, tmp_path, capsys):
+    """The library names its argument ``eps``, the command its option ``--eps``."""
+    with pytest.raises(InputError, match=r"eps must be a positive number, got -1.0"):
+        gradcheck(quartic, inputs, eps=-1.0)
+    inp = _twostage_input(tmp_path)
+    for bad in ("-1", "0", "nan", "inf", "small"):
+        assert main(["gradcheck", str(inp), "--eps", bad]) == 2
+        assert capsys.readouterr().err == (f"ntpref gradcheck: error: argument --eps: expected a positive number, "
+                                           f"got '{bad}' (see 'ntpref gradcheck --help')\n")

@@ -66,7 +66,7 @@ from typing import NamedTuple
 import numpy as np
 
 from .. import interrupt
-from ..checks import integer_at_least
+from ..checks import integer_at_least, positive_argument
 from ..errors import InputError, NtprefError
 from ..models import NAMES, SPECS
 from ..shipped import ADAPTERS, adapter_path
@@ -758,7 +758,7 @@ def register(subparsers) -> None:
                         "{input_dir} (the case's input: an npz file, a directory of NAME.npy files), {output} or "
                         "{output_dir} (where it writes its outputs, in the same forms), {kind} and {model} "
                         f"replaced; exit status {NOT_IMPLEMENTED} skips the case")
-    p.add_argument("--timeout", type=float, metavar="SECONDS",
+    p.add_argument("--timeout", type=positive_argument, metavar="SECONDS",
                    help=f"with --command: seconds per case before the command is killed (default {DEFAULT_TIMEOUT:g})")
     p.add_argument("--model", nargs="+", choices=NAMES, help="only these models (default all)")
     p.add_argument("--kind", choices=KINDS, help="only the cases of this kind (default both)")

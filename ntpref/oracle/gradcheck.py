@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable, Mapping
 
 import numpy as np
 
-from ..checks import integer_at_least
+from ..checks import integer_at_least, positive_argument
 from ..errors import InputError, NtprefError
 from .compare import Report, compare_arrays, tolerance
 
@@ -178,7 +178,7 @@ def register(subparsers) -> None:
                               "entries of each array were checked. Exit 0 ok, 1 mismatch, 2 bad input.")
     p.add_argument("input", metavar="INPUT.npz")
     p.add_argument("grads", metavar="GRADS.npz", nargs="?")
-    p.add_argument("--eps", type=float, default=1e-6, help="finite-difference step (default 1e-6)")
+    p.add_argument("--eps", type=positive_argument, default=1e-6, help="finite-difference step (default 1e-6)")
     p.add_argument("--rtol", type=float, default=1e-7, help="relative tolerance (default 1e-7)")
     p.add_argument("--atol", type=float, default=1e-8, help="absolute tolerance (default 1e-8)")
     p.add_argument("--max-entries", type=integer_at_least(1, " (every array gets at least one entry checked)"), default=None, metavar="N",
