@@ -33,7 +33,7 @@ from ..errors import InputError
 from . import Summary
 from .configs import by_axis, config_text, select_config
 from .plots import loglog_panel, pyplot, save_figure
-from .stats import axis_table, loglog_slope, medians, slope_text, stats
+from .stats import axis_table, loglog_slope, medians, paired_resamples, slope_text, stats
 from .teacher_student import D, TRAIN_FRACTION, teacher_data, train_student
 
 DESCRIPTION = "sequence length T and sample size n sweeps: raw min loss vs T, width needed vs n, validation loss"
@@ -89,6 +89,61 @@ def width_needed(ms, loss_by_n: dict) -> tuple[float, dict]:
     return eps, needed
 
 
+def _needed_widths(ms, med: np.ndarray) -> np.ndarray:
+    """:func:`width_needed` for a stack of median tables at once: med [..., len(ns), len(ms)] (ns ascending);
+    returns m_needed [..., len(ns)] (NaN where the loss does not fall with m)."""
+    lm = np.log(np.asarray(ms, float))
+    lm = lm - lm.mean()
+    ly = np.log(med)
+    slope = (ly - ly.mean(axis=-1, keepdims=True)) @ lm / (lm @ lm)
+    intercept = ly.mean(axis=-1) - slope * np.log(np.asarray(ms, float)).mean()
+    log_eps = ly[..., -1, len(ms) // 2][..., None]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(slope < 0, np.exp((log_eps - intercept) / slope), np.nan)
+
+
+def growth_fits(ns, m_needed: np.ndarray) -> dict[str, np.ndarray]:
+    """The two growth laws fitted to the width needed, m_needed [..., len(ns)] (one row per bootstrap draw):
+    a power law log m = c + p log n and a log law m = a + b log n (least squares in m). Returns p, b and the
+    RMS residual of log m under each ("rms_power", "rms_log"; NaN where the log law predicts m ≤ 0)."""
+    ln = np.log(np.asarray(ns, float))
+    x = ln - ln.mean()
+    with np.errstate(divide="ignore", invalid="ignore"):
+        lm = np.log(m_needed)
+        p = (lm - lm.mean(axis=-1, keepdims=True)) @ x / (x @ x)
+        rms_power = np.sqrt(np.mean((lm - lm.mean(axis=-1, keepdims=True) - p[..., None] * x) ** 2, axis=-1))
+        b = (m_needed - m_needed.mean(axis=-1, keepdims=True)) @ x / (x @ x)
+        log_law = m_needed.mean(axis=-1, keepdims=True) + b[..., None] * x
+        rms_log = np.sqrt(np.mean((lm - np.log(np.where(log_law > 0, log_law, np.nan))) ** 2, axis=-1))
+    return {"p": p, "b": b, "rms_power": rms_power, "rms_log": rms_log}
+
+
+def growth_comparison(ms, ns, groups: list[list[np.ndarray]]) -> str:
+    """What the seeds decide between a power law and a log law for the width needed vs n: groups[i][j] the
+    per-seed min training losses at n = ns[i], m = ms[j] (sorted by seed, the same seeds everywhere). The fits
+    of :func:`growth_fits` on the medians, 95% bootstrap intervals of p and b (the seeds resampled together,
+    :func:`~ntpref.reproduce.stats.paired_resamples`) and the share of draws in which the log law leaves the
+    smaller residual; that share decides only below 5% or above 95%."""
+    seeds = {len(g) for row in groups for g in row}
+    values = np.array([[np.asarray(g, float) for g in row] for row in groups]) if len(seeds) == 1 else None
+    if values is None or seeds.pop() < 2:
+        return "power law vs log law for the width needed: no comparison (needs the same seeds, at least 2, in every cell)"
+    point = growth_fits(ns, _needed_widths(ms, np.median(values, axis=-1)))
+    drawn = np.median(values[..., paired_resamples(values.shape[-1])], axis=-1)      # [ns, ms, draws]
+    fits = growth_fits(ns, _needed_widths(ms, np.moveaxis(drawn, -1, 0)))
+    usable = np.isfinite(fits["rms_power"]) & np.isfinite(fits["rms_log"])
+    share = float(np.mean(fits["rms_log"][usable] < fits["rms_power"][usable])) if usable.any() else float("nan")
+    p_lo, p_hi = np.nanpercentile(fits["p"], [2.5, 97.5])
+    b_lo, b_hi = np.nanpercentile(fits["b"], [2.5, 97.5])
+    verdict = ("the log law fits better in almost every draw" if share > 0.95 else
+               "the power law fits better in almost every draw" if share < 0.05 else
+               "the seeds do not decide between the two")
+    return (f"width needed vs n, power law m ∝ n^p: p = {float(point['p']):+.3f} (95% bootstrap interval "
+            f"[{p_lo:+.3f}, {p_hi:+.3f}]), RMS log residual {float(point['rms_power']):.3g}; log law m = a + b·log n: "
+            f"b = {float(point['b']):.3g} ([{b_lo:.3g}, {b_hi:.3g}]), RMS log residual {float(point['rms_log']):.3g}; "
+            f"the log law leaves the smaller residual in {share:.0%} of {int(usable.sum())} draws: {verdict}")
+
+
 def relative_loss(arrays) -> float:
     """min_t L(t) / L(0) of one cell: L(0) = train_loss[0] is the loss at the paired initialisation, where
     f = 0, i.e. the mean of y² over the training samples (the teacher's output scale)."""
@@ -130,13 +185,14 @@ def _n_sweep(rows, axes, lines: list, numbers: dict) -> None:
     """n sweep: min training loss and validation loss vs m per n, and the width needed for the loss ε vs n."""
     config, rows, note = select_config(rows, ("seed", "m", "n_train"))
     n_trains = sorted({p["n_train"] for p, _ in rows})
-    med_by_n, table, ms = {}, [], []
+    med_by_n, table, ms, groups_by_n = {}, [], [], []
     for i, n_tr in enumerate(n_trains):
         n_sub = round(n_tr / TRAIN_FRACTION)
         sub = [r for r in rows if r[0]["n_train"] == n_tr]
         ms, groups = by_axis(sub, "m", "min_train_loss")
         mean, ci = stats(groups)
         med_by_n[n_sub] = med = medians(groups)
+        groups_by_n.append(groups)
         loglog_panel(axes[0], ms, mean, ci, label=f"n = {n_sub}", color=f"C{i}", median=med)
         _, val_groups = by_axis(sub, "m", "final_val_loss")
         val_mean, val_ci = stats(val_groups)
@@ -164,6 +220,7 @@ def _n_sweep(rows, axes, lines: list, numbers: dict) -> None:
         numbers.update({f"m_needed_n{k}": v for k, v in needed.items()})
         if np.isfinite(mn).all() and (mn > 0).all() and len(ns) >= 2:
             numbers["m_needed_slope"] = loglog_slope(ns, mn)[0]
+            lines.append(growth_comparison(ms, sorted(needed), groups_by_n))
     for ax, ylabel, title in ((axes[0], "min training loss (MSE)", "min training loss vs m per n"),
                               (axes[1], "final validation loss (MSE)", "validation loss vs m per n")):
         ax.set_xlabel("width m (heads)")

@@ -50,6 +50,12 @@ def loglog_slope(x, y) -> tuple[float, float]:
 BOOTSTRAP_DRAWS = 4000
 
 
+def paired_resamples(seeds: int, draws: int = BOOTSTRAP_DRAWS) -> np.ndarray:
+    """[draws, seeds] seed indices drawn with replacement from ``np.random.default_rng(0)``: one bootstrap
+    resample of the seeds per row, to be applied to every point of a grid that shares its seeds."""
+    return np.random.default_rng(0).integers(0, seeds, size=(draws, seeds))
+
+
 def median_slope_interval(x, groups, draws: int = BOOTSTRAP_DRAWS) -> tuple[float, float] | None:
     """The 95% percentile-bootstrap interval of the log–log slope fitted to the medians over seeds.
 
@@ -61,11 +67,11 @@ def median_slope_interval(x, groups, draws: int = BOOTSTRAP_DRAWS) -> tuple[floa
     sizes = {len(g) for g in groups}
     if min(sizes) < 2 or len(groups) < 2:
         return None
-    rng = np.random.default_rng(0)
     if len(sizes) == 1:
-        idx = rng.integers(0, sizes.pop(), size=(draws, len(groups[0])))
+        idx = paired_resamples(sizes.pop(), draws)
         med = np.stack([np.median(np.asarray(g, float)[idx], axis=1) for g in groups])
     else:
+        rng = np.random.default_rng(0)
         med = np.stack([np.median(np.asarray(g, float)[rng.integers(0, len(g), size=(draws, len(g)))], axis=1)
                         for g in groups])
     if (med <= 0).any():
