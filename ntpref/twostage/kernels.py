@@ -195,6 +195,7 @@ def _forward_rows(i0, i1, tokens, lengths, targets, BovT, Bkq, ws):
         r_max = -np.inf                      # max_{v≠y} r_v
         for v in range(K):
             r_max = gzt[i, v] if gzt[i, v] > r_max else r_max
+        gzt[i, y] = 0.0                      # not -inf − r_max: NaN when K = 1 (r_max = -inf)
         for v in range(K):
             gzt[i, v] = gzt[i, v] - r_max
         gzt[i, y] = 0.0                      # no value: set in phase 3
