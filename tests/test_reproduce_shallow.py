@@ -164,11 +164,14 @@ def test_width_needed_growth_power_law_against_log_law(law, noise, fitted, verdi
         assert lo - 0.02 < exact < hi + 0.02, (exact, text)
 
 
-def test_width_needed_growth_needs_shared_seeds():
+def test_width_needed_growth_needs_shared_seeds_and_enough_of_them():
     ms, ns = np.array([8, 32, 128]), [250, 500, 1000]
     groups = _losses_for_needed_width(np.log, ns, ms, seeds=1)
     assert length.growth_comparison(ms, ns, groups).endswith("no comparison (needs the same seeds, at least 2, "
                                                               "in every cell)")
+    few = _losses_for_needed_width(lambda n: 10 * n ** 0.3, ns, ms, seeds=length.DECIDING_SEEDS - 1, noise=0.01)
+    assert length.growth_comparison(ms, ns, few).endswith(f"{length.DECIDING_SEEDS - 1} seeds are too few for a "
+                                                          "bootstrap to decide")
 
 
 def test_length_summary(tmp_path):

@@ -89,6 +89,10 @@ def width_needed(ms, loss_by_n: dict) -> tuple[float, dict]:
     return eps, needed
 
 
+#: Fewest seeds whose bootstrap may decide between the growth laws of :func:`growth_comparison`.
+DECIDING_SEEDS = 5
+
+
 def _needed_widths(ms, med: np.ndarray) -> np.ndarray:
     """:func:`width_needed` for a stack of median tables at once: med [..., len(ns), len(ms)] (ns ascending);
     returns m_needed [..., len(ns)] (NaN where the loss does not fall with m)."""
@@ -123,7 +127,8 @@ def growth_comparison(ms, ns, groups: list[list[np.ndarray]]) -> str:
     per-seed min training losses at n = ns[i], m = ms[j] (sorted by seed, the same seeds everywhere). The fits
     of :func:`growth_fits` on the medians, 95% bootstrap intervals of p and b (the seeds resampled together,
     :func:`~ntpref.reproduce.stats.paired_resamples`) and the share of draws in which the log law leaves the
-    smaller residual; that share decides only below 5% or above 95%."""
+    smaller residual; that share decides only below 5% or above 95%, and only with at least
+    :data:`DECIDING_SEEDS` seeds (the medians of two or three resampled seeds take few distinct values)."""
     seeds = {len(g) for row in groups for g in row}
     values = np.array([[np.asarray(g, float) for g in row] for row in groups]) if len(seeds) == 1 else None
     if values is None or seeds.pop() < 2:
@@ -135,9 +140,10 @@ def growth_comparison(ms, ns, groups: list[list[np.ndarray]]) -> str:
     share = float(np.mean(fits["rms_log"][usable] < fits["rms_power"][usable])) if usable.any() else float("nan")
     p_lo, p_hi = np.nanpercentile(fits["p"], [2.5, 97.5])
     b_lo, b_hi = np.nanpercentile(fits["b"], [2.5, 97.5])
-    verdict = ("the log law fits better in almost every draw" if share > 0.95 else
-               "the power law fits better in almost every draw" if share < 0.05 else
-               "the seeds do not decide between the two")
+    verdict = (f"{values.shape[-1]} seeds are too few for a bootstrap to decide" if values.shape[-1] < DECIDING_SEEDS
+               else "the log law fits better in almost every draw" if share > 0.95
+               else "the power law fits better in almost every draw" if share < 0.05
+               else "the seeds do not decide between the two")
     return (f"width needed vs n, power law m ∝ n^p: p = {float(point['p']):+.3f} (95% bootstrap interval "
             f"[{p_lo:+.3f}, {p_hi:+.3f}]), RMS log residual {float(point['rms_power']):.3g}; log law m = a + b·log n: "
             f"b = {float(point['b']):.3g} ([{b_lo:.3g}, {b_hi:.3g}]), RMS log residual {float(point['rms_log']):.3g}; "
