@@ -256,8 +256,9 @@ def element_bounds(e: np.ndarray, tol: Mapping) -> np.ndarray:
     bounds on the first n rows), in e's dtype. ``tol`` is a validated tolerance (:func:`check_tolerance`)."""
     flat = e.reshape(-1)
     t = _rows(e, slice(0, flat.size), e.dtype)
-    return np.asarray(_flat_bounds(np.abs(flat), t, _finite_scale(flat), tol, e.ndim >= 1),
-                      dtype=e.dtype).reshape(e.shape)
+    with np.errstate(all="ignore"):
+        return np.asarray(_flat_bounds(np.abs(flat), t, _finite_scale(flat), tol, e.ndim >= 1),
+                          dtype=e.dtype).reshape(e.shape)
 
 
 class _Scan:
@@ -286,7 +287,7 @@ class _Scan:
                             first = int(np.argmax(bad))
                             record[1], record[2] = part.start + first, float(x[first])
                         record[0] += int(bad.sum())
-            with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+            with np.errstate(all="ignore"):     # whatever np.seterr says: subnormal bounds underflow
                 finite = np.isfinite(ce) & np.isfinite(ca)
                 diff = np.where(finite, np.abs(ca - ce), 0.0)
                 rel = np.where((diff == 0) | (ce == 0), 0.0, diff / np.abs(ce))   # relative to 0: undefined
@@ -331,9 +332,9 @@ def error_shape(e: np.ndarray, a: np.ndarray, tol: Mapping, labels: tuple[str, s
     """The shape of the error of a finite float array ``a`` that fails its bound against ``e`` (same shape),
     when it has one that explains all of it: ``a`` is 0 everywhere, or meets the bound ``tol`` against
     −e (a sign), c·e with c = ⟨a, e⟩/⟨e, e⟩ (a scale, such as 1/√m for a 1/m; not for a single number, which
-    is a multiple of any other), or e with its last two
-    axes swapped (a transpose of square blocks, e.g. W [m, d, d]). The report's text for it ("actual = −
-    expected (a sign)"), or "" when none fits or the array has more than :data:`SHAPE_MAX_ENTRIES` entries."""
+    is a multiple of any other), or e with its last two axes swapped (a transpose of square blocks, e.g.
+    W [m, d, d]). The report's text for it ("actual = −expected (a sign)"), or "" when none fits or the
+    array has more than :data:`SHAPE_MAX_ENTRIES` entries."""
     mine, theirs = labels[1], labels[0]
     if not 0 < e.size <= SHAPE_MAX_ENTRIES:
         return ""
@@ -342,13 +343,16 @@ def error_shape(e: np.ndarray, a: np.ndarray, tol: Mapping, labels: tuple[str, s
     work = np.result_type(e.dtype, a.dtype)
     e64, a64 = e.astype(work), a.astype(work)
     candidates = []
-    norm2 = float(np.vdot(e64, e64))
-    c = float(np.vdot(a64, e64)) / norm2 if norm2 > 0 else 0.0
+    with np.errstate(all="ignore"):          # whatever np.seterr says; in units of max|e|, so no overflow
+        unit = float(np.max(np.abs(e64))) or 1.0
+        norm2 = float(np.vdot(e64 / unit, e64 / unit))
+        c = float(np.vdot(a64 / unit, e64 / unit)) / norm2 if 0 < norm2 < math.inf else 0.0
     if abs(c + 1.0) <= 1e-6:
         candidates.append((-e64, f"{mine} = −{theirs} (a sign)"))
     elif e.size > 1 and abs(c - 1.0) > 1e-6 and c != 0.0 and math.isfinite(c):   # one number is any scale
         inverse = f" = {theirs} / {1.0 / c:.6g}" if abs(c) < 1.0 else ""
-        candidates.append((c * e64, f"{mine} = {c:.6g} × {theirs}{inverse} (a scale)"))
+        with np.errstate(all="ignore"):
+            candidates.append((c * e64, f"{mine} = {c:.6g} × {theirs}{inverse} (a scale)"))
     if e.ndim >= 2 and e.shape[-1] == e.shape[-2] > 1:
         candidates.append((np.swapaxes(e64, -1, -2), f"{mine} = {theirs} with its last two axes swapped (a transpose)"))
     for moved, text in candidates:
