@@ -81,12 +81,8 @@ def width_needed(ms, loss_by_n: dict) -> tuple[float, dict]:
     of loss vs m per n (extrapolated when ε is outside the measured range; NaN when the loss does not fall
     with m)."""
     ns = sorted(loss_by_n)
-    eps = float(loss_by_n[ns[-1]][len(ms) // 2])
-    needed = {}
-    for n_sub in ns:
-        slope, intercept = loglog_slope(ms, loss_by_n[n_sub])
-        needed[n_sub] = float(np.exp((np.log(eps) - intercept) / slope)) if slope < 0 else float("nan")
-    return eps, needed
+    widths = _needed_widths(ms, np.array([loss_by_n[n_sub] for n_sub in ns], dtype=float))
+    return float(loss_by_n[ns[-1]][len(ms) // 2]), {n_sub: float(m) for n_sub, m in zip(ns, widths)}
 
 
 #: Fewest seeds whose bootstrap may decide between the growth laws of :func:`growth_comparison`.
