@@ -29,6 +29,8 @@ from ..models import NAMES, SPECS, check_models
 
 KINDS = ("eval", "train")
 PRECISIONS = ("float64", "float32")
+#: The float64 tolerance policies: the running error bound (docs/tolerance.md) and the calibrated one.
+POLICIES = ("bound", "calibrated")
 #: Random cases per model when not given: enough for every regime of every model.
 DEFAULT_RANDOM = max(len(spec.regimes) for spec in SPECS.values())
 #: Per-step logs among the train outputs of every model (axis 0 = step).
@@ -68,12 +70,23 @@ class Case:
         stored = self._data[1]
         return stored if stored is not None else oracle_outputs(self.kind, self.inputs)
 
-    def tolerances(self, precision: str = "float64") -> dict[str, dict]:
-        """name → tolerance of every expected array: the float64 policy, or the float32 envelope."""
+    def tolerances(self, precision: str = "float64", policy: str = "bound") -> dict[str, dict]:
+        """name → tolerance of every expected array: the float64 policy (``policy`` "bound", the running error
+        bound; "calibrated", :mod:`ntpref.oracle.calibrated`, which runs the exact backend once), or the
+        float32 envelope."""
         if precision not in PRECISIONS:
             raise InputError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
-        if precision not in self._tolerances:
-            if precision == "float64":
+        if policy not in POLICIES or (policy != "bound" and precision != "float64"):
+            raise InputError(f"policy must be one of {', '.join(POLICIES)} (calibrated for float64 only), got {policy!r}")
+        key = precision if policy == "bound" else policy
+        if key not in self._tolerances:
+            if key == "calibrated":
+                from .calibrated import calibrated_tolerances
+                from .exactness import exact_backend
+
+                values = exact_backend().compute(self.kind, self.inputs, as_float=False)
+                tols = calibrated_tolerances(self.model, self.kind, self.expected, values, self.tolerances("float64"))
+            elif precision == "float64":
                 from .tolerance import default_tolerances
 
                 outputs = self.expected if self.source == "random" else None   # computed by the oracle here
@@ -82,8 +95,8 @@ class Case:
                 from .envelope import float32_tolerances
 
                 tols = float32_tolerances(self.kind, self.inputs, self.expected)
-            self._tolerances[precision] = tols
-        return self._tolerances[precision]
+            self._tolerances[key] = tols
+        return self._tolerances[key]
 
 
 # --- stored cases -----------------------------------------------------------------------------------

@@ -44,6 +44,7 @@ from ..errors import InputError
 from ..rounding import U
 from .cases import DEFAULT_RANDOM, TRAJECTORIES, Case, random_cases, stored_cases
 from .compare import check_tolerance, element_bounds
+from .exactness import differences, exact_backend
 from .reference import KINDS
 
 _NOT_COMPUTED = "not computed by the exact backend"
@@ -187,29 +188,12 @@ class Report(list):
         return "\n".join([line for result in self for line in result.lines(width)] + [self.summary()])
 
 
-def _exact():
-    try:
-        from .. import exact
-    except ModuleNotFoundError as exc:
-        if exc.name != "mpmath":
-            raise
-        raise InputError("the exact backend needs mpmath: pip install mpmath") from None
-    return exact
-
-
 def measure(actual: np.ndarray, exact_values: np.ndarray, tol: Mapping) -> tuple[float, float, float, float, tuple]:
     """(err, scale, ratio, bound, at) of a float64 array against an object array of mpf of the same shape
     under the tolerance dict ``tol`` (module docstring); the differences are formed from the unrounded mpf
     values, the bounds by :func:`~ntpref.oracle.compare.element_bounds` from the exact values rounded to
     float64."""
-    exact = _exact()
-    if np.shape(actual) != exact_values.shape:
-        raise InputError(f"shape {list(np.shape(actual))} against the exact {list(exact_values.shape)}")
-    values = exact_values.ravel().tolist()
-    with exact.arith.precision():
-        diff = np.array([float(abs(q - a)) for a, q in zip(np.asarray(actual, dtype=np.float64).ravel().tolist(),
-                                                           values)], dtype=np.float64).reshape(exact_values.shape)
-    rounded = np.array([float(q) for q in values], dtype=np.float64).reshape(exact_values.shape)
+    diff, rounded = differences(actual, exact_values)
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
         bound = element_bounds(rounded, check_tolerance("tolerance", tol))
         ratio = np.where(diff == 0, 0.0, np.where(bound > 0, diff / bound, np.inf))
@@ -225,7 +209,7 @@ def truncated(case: Case, steps: int) -> Case:
     The cut case's tolerances are the float64 policy's for the cut input: its trajectories are the first
     rows of the whole run's (for the two-stage model, stage 2 then starts from W_ov after min(T0, steps)
     updates), its final iterates those after the cut."""
-    counts = _exact().MODELS[case.model].STEPS
+    counts = exact_backend().MODELS[case.model].STEPS
     cut = {k: min(int(case.inputs[k]), steps) for k in counts}
     if all(int(case.inputs[k]) == v for k, v in cut.items()):
         return case
@@ -252,7 +236,7 @@ def certify_case(case: Case, backend: str = "numba", steps: int | None = None) -
     from .reference import compute, intermediates
 
     check_backend(backend)
-    exact = _exact()
+    exact = exact_backend()
     if case.kind not in KINDS:
         raise InputError(f"case '{case.id}' is of kind {case.kind!r}; certify takes {', '.join(KINDS)}")
     run = truncated(case, steps) if steps is not None and case.kind == "train" else case

@@ -71,7 +71,7 @@ from ..errors import InputError, NtprefError
 from ..models import NAMES, SPECS
 from ..shipped import ADAPTERS, adapter_path
 from ..npzio import BUDGET_VARIABLE, MAX_MEMBERS, load_npy, load_npz, memory_budget, save_npz
-from .cases import DEFAULT_RANDOM, KINDS, PRECISIONS, TRAJECTORIES, Case, cases
+from .cases import DEFAULT_RANDOM, KINDS, POLICIES, PRECISIONS, TRAJECTORIES, Case, cases
 from .compare import Row, check_tolerance, compare_arrays, compare_one, element_bounds
 
 __all__ = ["Adapter", "AdapterError", "CaseError", "CaseReport", "CommandAdapter", "NOT_IMPLEMENTED", "OPTIONAL",
@@ -579,9 +579,10 @@ def _departure(case: Case, rows: list[Row], expected: Mapping, actual: Mapping,
     return first
 
 
-def check(adapter, case: Case, precision: str = "float64") -> CaseReport:
+def check(adapter, case: Case, precision: str = "float64", policy: str = "bound") -> CaseReport:
     """Run ``case`` through the adapter (path, module, object or dict; see :func:`load_adapter`) and
-    compare with the oracle under the float64 policy or, ``precision="float32"``, the float32 envelope.
+    compare with the oracle under the float64 policy (``policy`` "bound" or "calibrated",
+    :meth:`Case.tolerances`) or, ``precision="float32"``, the float32 envelope.
 
     Raises AdapterError when the adapter raises anything but a signal's interruption (its exception is
     the ``__cause__``) or returns something other than a dict of arrays; NotImplementedError gives a
@@ -593,7 +594,7 @@ def check(adapter, case: Case, precision: str = "float64") -> CaseReport:
     fn = adapter.function(case.kind)
     if fn is None:
         return CaseReport(case, precision, skipped=f"the adapter defines no {FUNCTIONS[case.kind]}()")
-    expected, tols = case.expected, case.tolerances(precision)
+    expected, tols = case.expected, case.tolerances(precision, policy)
     inputs = {k: np.array(v) for k, v in case.inputs.items() if k != "model"}
     with _adapter_code(_where(adapter, case)):
         try:
@@ -665,12 +666,13 @@ def _check_skips(skip_outputs: Iterable[str], selected: list[Case]) -> None:
 
 def run(adapter, models=None, random: int = DEFAULT_RANDOM, seed: int = 0, precision: str = "float64",
         stored: bool = True, root=None, progress: Callable[[CaseReport], None] | None = None,
-        skip_outputs: Iterable[str] = (), kind: str | None = None) -> RunReport:
+        skip_outputs: Iterable[str] = (), kind: str | None = None, policy: str = "bound") -> RunReport:
     """:func:`check` on every case of ``models`` whose kind the adapter defines (and is ``kind``, "eval" or
     "train", when given): the stored cases (of ``root``; none when ``stored`` is False) and ``random``
     random cases per model from ``seed``. ``adapter`` is anything :func:`load_adapter` takes, a
     :class:`CommandAdapter` included. ``progress`` sees each report as it is made. ``skip_outputs`` names
-    required outputs the run passes without (InputError for a name no case outputs)."""
+    required outputs the run passes without (InputError for a name no case outputs); ``policy``: the float64
+    tolerance policy (:func:`check`)."""
     if kind is not None and kind not in KINDS:
         raise InputError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
     adapter = load_adapter(adapter)
@@ -681,7 +683,7 @@ def run(adapter, models=None, random: int = DEFAULT_RANDOM, seed: int = 0, preci
         _check_skips(skip_outputs, selected)
     reports = RunReport(skip_outputs=skip_outputs)
     for case in selected:
-        reports.append(check(adapter, case, precision))
+        reports.append(check(adapter, case, precision, policy))
         if progress is not None:
             progress(reports[-1])
     return reports
@@ -714,12 +716,15 @@ def _handle(args) -> int:
         adapter = load_adapter(args.adapter if args.command_line is None else CommandAdapter(
             args.command_line, DEFAULT_TIMEOUT if args.timeout is None else args.timeout))
         defined = [FUNCTIONS[k] for k in FUNCTIONS if adapter.function(k) and args.kind in (None, k)]
-        policy = "float64 policy (docs/tolerance.md)" if args.precision == "float64" else \
-            "float32 envelope (docs/conformance.md)"
+        if args.policy != "bound" and args.precision != "float64":
+            raise InputError("--policy calibrated applies to --precision float64 only")
+        policy = {"bound": "float64 policy (docs/tolerance.md)",
+                  "calibrated": "calibrated float64 policy (docs/tolerance.md, a calibrated tolerance)"}[args.policy] \
+            if args.precision == "float64" else "float32 envelope (docs/conformance.md)"
         print(f"conformance of {adapter.name} ({', '.join(defined)}) under the {policy}; random cases from seed {args.seed}")
         reports = run(adapter, args.model, args.random, args.seed, args.precision, not args.no_stored, args.root,
                       progress=lambda r: print(r.summary(), flush=True), skip_outputs=args.skip_output,
-                      kind=args.kind)
+                      kind=args.kind, policy=args.policy)
     except AdapterError as exc:
         if exc.__cause__ is not None:
             print(_adapter_traceback(exc.__cause__), end="", file=sys.stderr)
@@ -732,7 +737,7 @@ def _handle(args) -> int:
         print("(float32 results cannot meet the float64 policy: judge them with --precision float32)")
     print(line)
     if args.json:
-        document = {"adapter": adapter.name, "precision": args.precision, "seed": args.seed,
+        document = {"adapter": adapter.name, "precision": args.precision, "policy": args.policy, "seed": args.seed,
                     "random": args.random, "models": list(args.model or NAMES), "total": line, "ok": ok,
                     "cases": [r.to_dict() for r in reports]}
         atomic_write(args.json, lambda fh: fh.write(json.dumps(document, indent=1).encode()))
@@ -741,7 +746,7 @@ def _handle(args) -> int:
 
 def register(subparsers) -> None:
     """Add ``ntpref conformance (ADAPTER.py | --command CMD [--timeout S]) [--model ...] [--kind K] [--random N]
-    [--seed S] [--precision ...] [--skip-output NAME ...] [--json F] [-v]``."""
+    [--seed S] [--precision ...] [--policy ...] [--skip-output NAME ...] [--json F] [-v]``."""
     text = ("check an implementation (an adapter file defining evaluate and/or train, or a command in any "
             "language) against the oracle")
     p = subparsers.add_parser("conformance", help=text, description=text + " on every stored eval/train case and "
@@ -769,6 +774,10 @@ def register(subparsers) -> None:
     p.add_argument("--precision", choices=PRECISIONS, default="float64",
                    help="float64: the float64 policy; float32: a multiple of what float32 arithmetic achieves on "
                         "each input (default float64)")
+    p.add_argument("--policy", choices=POLICIES, default="bound",
+                   help="the float64 tolerances: bound, the running error bound every correct float64 program meets; "
+                        "calibrated, 16 times the oracle's own error against exact arithmetic (needs mpmath; an "
+                        "exact run per case, minutes for the largest stored case) (default bound)")
     p.add_argument("--no-stored", action="store_true", help="only the random cases")
     p.add_argument("--root", metavar="DIR", help="reference directory of the stored cases (default: as ntpref verify)")
     p.add_argument("--skip-output", action="append", default=[], metavar="NAME",

@@ -99,8 +99,13 @@ def _bound(err: np.ndarray, count) -> tuple[float, float]:
     array over t) the straight line through its first entry above count(t) · max_{s <= t} err(s)."""
     if np.ndim(count) == 0 or err.size < 2:
         return float(np.max(count * err, initial=0.0)), 0.0
-    line = count * np.maximum.accumulate(err)
-    return float(line[0]), max(float(np.max((line[1:] - line[0]) / np.arange(1, err.size))), 0.0)
+    return line_above(count * np.maximum.accumulate(err))
+
+
+def line_above(values: np.ndarray) -> tuple[float, float]:
+    """(atol, atol_per_step): the straight line ``atol + atol_per_step · t`` through the first of the
+    non-decreasing ``values`` (shape (T,), T ≥ 2, indexed by t) that lies on or above all of them."""
+    return float(values[0]), max(float(np.max((values[1:] - values[0]) / np.arange(1, values.size))), 0.0)
 
 
 @np.errstate(all="ignore")   # the user's np.seterr must not change (or break) a bound

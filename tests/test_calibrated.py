@@ -1,0 +1,118 @@
+"""The calibrated float64 tolerance (ntpref.oracle.calibrated): its formula, where it keeps the running error
+bound, and on random cases that it is never looser than the bound, that the NumPy backend passes it and that
+a 1e-9 relative error fails it wherever float64 computes the array 100x more accurately."""
+import numpy as np
+import pytest
+
+pytest.importorskip("mpmath")
+
+from ntpref import exact  # noqa: E402
+from ntpref.models import SPECS  # noqa: E402
+from ntpref.oracle.calibrated import FLOOR, MULTIPLE, calibrated_tolerance, calibrated_tolerances  # noqa: E402
+from ntpref.oracle.cases import random_cases  # noqa: E402
+from ntpref.oracle.exactness import differences  # noqa: E402
+from ntpref.oracle.compare import check_tolerance, compare_arrays, element_bounds  # noqa: E402
+from ntpref.oracle.reference import compute, intermediates  # noqa: E402
+from ntpref.rounding import U  # noqa: E402
+
+CASES = random_cases(None, n=4, seed=2)
+
+
+def test_an_evaluation_gets_multiple_times_the_larger_of_the_error_and_the_floor():
+    exact_q = np.array([[2.0, -1.0], [0.5, 0.0]])
+    assert calibrated_tolerance(np.array([[1e-15, 0.0], [0.0, 0.0]]), exact_q, False)["atol"] == MULTIPLE * 1e-15
+    assert calibrated_tolerance(np.zeros((2, 2)), exact_q, False)["atol"] == MULTIPLE * FLOOR * U * 2.0
+
+
+def test_a_log_gets_the_line_above_the_running_maximum_of_its_rows():
+    exact_q = np.array([1.0, 1.0, 1.0, 1.0])
+    diff = np.array([1e-15, 3e-15, 2e-15, 5e-15])
+    tol = calibrated_tolerance(diff, exact_q, True)
+    line = tol["atol"] + tol["atol_per_step"] * np.arange(4)
+    assert tol["atol"] == MULTIPLE * 1e-15
+    assert np.all(line >= MULTIPLE * np.maximum.accumulate(diff) * (1 - 1e-12))
+    assert line[1] == pytest.approx(MULTIPLE * 3e-15)         # the steepest rise from row 0 touches row 1
+
+
+@pytest.fixture(scope="module")
+def calibrated():
+    out = []
+    for case in CASES:
+        values = exact.compute(case.kind, case.inputs, as_float=False)
+        bound = case.tolerances("float64")
+        out.append((case, values, bound, calibrated_tolerances(case.model, case.kind, case.expected, values, bound)))
+    return out
+
+
+def test_solver_outputs_exact_zeros_and_uncomputed_arrays_keep_the_bound(calibrated):
+    kept = 0
+    for case, values, bound, tols in calibrated:
+        for name, tol in tols.items():
+            zero = name in values and not np.any(differences(case.expected[name], values[name])[1])
+            if name in SPECS[case.model].diagnostics or name not in values or zero:
+                assert tol == check_tolerance(name, bound[name]), (case.id, name)
+                kept += 1
+    assert kept > 0
+
+
+def test_never_looser_than_the_bound_and_tighter_somewhere(calibrated):
+    tighter = 0
+    for case, _, bound, tols in calibrated:
+        for name, value in case.expected.items():
+            if value.dtype.kind != "f":
+                continue
+            mine = element_bounds(value, check_tolerance(name, tols[name]))
+            theirs = element_bounds(value, check_tolerance(name, bound[name]))
+            assert np.all(mine <= theirs), (case.id, name)
+            tighter += bool(np.all(mine < theirs / 10))
+    assert tighter > 20
+
+
+def test_the_numpy_backend_passes(calibrated):
+    for case, _, _, tols in calibrated:
+        numpy = {**compute(case.kind, case.inputs, "numpy"), **intermediates(case.model, case.kind, case.inputs, "numpy")}
+        report = compare_arrays(case.expected, numpy, tols, names=list(case.expected))
+        assert report.ok, (case.id, [r.name for r in report.rows if not r.ok])
+
+
+def test_a_relative_1e_9_fails_where_float64_is_100_times_more_accurate(calibrated):
+    checked = 0
+    for case, values, _, tols in calibrated:
+        for name, value in case.expected.items():
+            if name not in values or name in SPECS[case.model].diagnostics or not np.any(value):
+                continue
+            if differences(value, values[name])[0].max() > 1e-11 * np.max(np.abs(value)):
+                continue
+            sign = np.where(np.arange(value.size).reshape(value.shape) % 2 == 0, 1.0, -1.0)
+            wrong = {**case.expected, name: value * (1.0 + 1e-9 * sign)}
+            assert not compare_arrays(case.expected, wrong, tols, names=[name]).ok, (case.id, name)
+            checked += 1
+    assert checked > 30
+
+
+def test_the_benchmark_slice_has_no_false_failures(capsys):
+    from benchmarks import calibration
+
+    assert calibration.main(["--random", "1", "--no-stored", "--numpy-only", "-q"]) == 0
+    out = capsys.readouterr().out
+    assert "| calibrated |                0 |" in out
+
+
+def test_conformance_under_the_calibrated_policy_catches_what_the_bound_lets_through():
+    from benchmarks.sweeps import perturbed
+    from ntpref.oracle.conformance import check
+
+    case = random_cases(["twostage"], n=1, seed=0)[0]          # general E: grad_W_kq cancels
+    assert case.id == "r0_twostage_0_eval_general_E"
+    wrong = perturbed(case, "grad_W_kq", 9)
+    assert check(wrong, case).ok                                # 1e-9 sits inside the running error bound
+    report = check(wrong, case, policy="calibrated")
+    assert not report.ok and report.departure[0] == "grad_W_kq"
+    assert check(perturbed(case, "grad_W_kq", 15), case, policy="calibrated").ok   # below 64 u
+
+
+def test_the_calibrated_policy_is_for_float64_only():
+    from ntpref.errors import InputError
+
+    with pytest.raises(InputError, match="calibrated for float64 only"):
+        CASES[0].tolerances("float32", "calibrated")
