@@ -4,12 +4,13 @@ input, measured against exact arithmetic, instead of the worst case the running 
 :mod:`ntpref.oracle.tolerance` allows.
 
 For an array Q with the exact value Q (the exact backend, :mod:`ntpref.exact`) and the oracle's float64
-value Q̂, elementwise e = |Q̂ − Q| (:func:`ntpref.oracle.certify.differences`):
+value Q̂, elementwise e = |Q̂ − Q| (:func:`ntpref.oracle.exactness.differences`):
 
     evaluation, final iterates:  atol = MULTIPLE · max(max e, FLOOR · u · max|Q|)
     a per-step log (row t):      the line atol + atol_per_step · t through the first of
-                                 MULTIPLE · max_{s ≤ t} max(max_row e_s, FLOOR · u · max_row |Q_s|)
-                                 lying above all of them
+                                 MULTIPLE · max_{s ≤ t} max(max_row e_s, FLOOR · u · max|Q|)
+                                 lying above all of them (max|Q| over the whole log: a small value at
+                                 one step, a gradient norm that cancels, is no scale)
 
 (u = 2⁻⁵³). The oracle's own error measures how much rounding the problem forces on a careful float64
 program (cancellation included: where the terms cancel, e is large too); FLOOR roundings of the largest
@@ -34,6 +35,7 @@ from ..models import spec_named
 from ..rounding import U
 from .compare import check_tolerance, element_bounds
 from .envelope import line_above
+from .exactness import differences
 
 #: Tolerance = MULTIPLE × the measured rounding error.
 MULTIPLE = 16.0
@@ -46,8 +48,7 @@ def calibrated_tolerance(diff: np.ndarray, exact: np.ndarray, trajectory: bool) 
     rounded to float64 (same shape); ``trajectory``: a per-step log whose axis 0 is the step."""
     floor = FLOOR * U * float(np.abs(exact).max(initial=0.0))
     if trajectory and exact.ndim >= 1 and exact.shape[0] >= 2:
-        rows = tuple(range(1, exact.ndim))
-        per_row = np.maximum(diff.max(axis=rows) if rows else diff, floor)
+        per_row = np.maximum(diff.reshape(exact.shape[0], -1).max(axis=1), floor)
         atol, per_step = line_above(MULTIPLE * np.maximum.accumulate(per_row))
         return {"rtol": 0.0, "atol": atol, "atol_per_step": per_step,
                 "reason": f"calibrated: {MULTIPLE:g} x max(the oracle's error against exact arithmetic up to "
@@ -64,8 +65,6 @@ def calibrated_tolerances(model: str, kind: str, expected: Mapping[str, np.ndarr
     outputs of a ``model`` run of ``kind``), from ``exact_values`` (name → object array of mpf, the exact
     backend's outputs of the same input) and ``bound`` (name → the running error bound's tolerance): the
     calibrated one, or the bound where no calibration applies (module docstring)."""
-    from .exactness import differences
-
     spec = spec_named(model)
     out = {}
     for name, value in expected.items():

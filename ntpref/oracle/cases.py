@@ -37,6 +37,16 @@ DEFAULT_RANDOM = max(len(spec.regimes) for spec in SPECS.values())
 TRAJECTORIES = frozenset(name for spec in SPECS.values() for name in spec.trajectories)
 
 
+def check_policy(precision: str, policy: str) -> None:
+    """InputError unless ``precision`` is one of :data:`PRECISIONS` and ``policy`` one of :data:`POLICIES`, a
+    policy other than "bound" going with float64 only."""
+    if precision not in PRECISIONS:
+        raise InputError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+    if policy not in POLICIES or (policy != "bound" and precision != "float64"):
+        raise InputError(f"policy must be one of {', '.join(POLICIES)} (calibrated for float64 only), got "
+                         f"{policy!r} with precision {precision}")
+
+
 class Case:
     """One conformance case: ``id``, ``model``, ``kind`` ("eval" | "train"), ``source`` ("stored" |
     "random"), ``description``; ``inputs`` (the input dict, with ``model``), ``expected`` (the oracle's
@@ -74,10 +84,7 @@ class Case:
         """name → tolerance of every expected array: the float64 policy (``policy`` "bound", the running error
         bound; "calibrated", :mod:`ntpref.oracle.calibrated`, which runs the exact backend once), or the
         float32 envelope."""
-        if precision not in PRECISIONS:
-            raise InputError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
-        if policy not in POLICIES or (policy != "bound" and precision != "float64"):
-            raise InputError(f"policy must be one of {', '.join(POLICIES)} (calibrated for float64 only), got {policy!r}")
+        check_policy(precision, policy)
         key = precision if policy == "bound" else policy
         if key not in self._tolerances:
             if key == "calibrated":

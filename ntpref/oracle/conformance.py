@@ -71,7 +71,7 @@ from ..errors import InputError, NtprefError
 from ..models import NAMES, SPECS
 from ..shipped import ADAPTERS, adapter_path
 from ..npzio import BUDGET_VARIABLE, MAX_MEMBERS, load_npy, load_npz, memory_budget, save_npz
-from .cases import DEFAULT_RANDOM, KINDS, POLICIES, PRECISIONS, TRAJECTORIES, Case, cases
+from .cases import DEFAULT_RANDOM, KINDS, POLICIES, PRECISIONS, TRAJECTORIES, Case, cases, check_policy
 from .compare import Row, check_tolerance, compare_arrays, compare_one, element_bounds
 
 __all__ = ["Adapter", "AdapterError", "CaseError", "CaseReport", "CommandAdapter", "NOT_IMPLEMENTED", "OPTIONAL",
@@ -587,8 +587,7 @@ def check(adapter, case: Case, precision: str = "float64", policy: str = "bound"
     Raises AdapterError when the adapter raises anything but a signal's interruption (its exception is
     the ``__cause__``) or returns something other than a dict of arrays; NotImplementedError gives a
     skipped report, :class:`CaseError` (a command's failure on this case) a failed one."""
-    if precision not in PRECISIONS:
-        raise InputError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+    check_policy(precision, policy)
     adapter = load_adapter(adapter)
     start = time.perf_counter()
     fn = adapter.function(case.kind)
@@ -716,11 +715,10 @@ def _handle(args) -> int:
         adapter = load_adapter(args.adapter if args.command_line is None else CommandAdapter(
             args.command_line, DEFAULT_TIMEOUT if args.timeout is None else args.timeout))
         defined = [FUNCTIONS[k] for k in FUNCTIONS if adapter.function(k) and args.kind in (None, k)]
-        if args.policy != "bound" and args.precision != "float64":
-            raise InputError("--policy calibrated applies to --precision float64 only")
-        policy = {"bound": "float64 policy (docs/tolerance.md)",
-                  "calibrated": "calibrated float64 policy (docs/tolerance.md, a calibrated tolerance)"}[args.policy] \
-            if args.precision == "float64" else "float32 envelope (docs/conformance.md)"
+        check_policy(args.precision, args.policy)           # before the header, not at the first case
+        policy = ("float32 envelope (docs/conformance.md)" if args.precision == "float32" else
+                  "calibrated float64 policy (docs/tolerance.md)" if args.policy == "calibrated" else
+                  "float64 policy (docs/tolerance.md)")
         print(f"conformance of {adapter.name} ({', '.join(defined)}) under the {policy}; random cases from seed {args.seed}")
         reports = run(adapter, args.model, args.random, args.seed, args.precision, not args.no_stored, args.root,
                       progress=lambda r: print(r.summary(), flush=True), skip_outputs=args.skip_output,
