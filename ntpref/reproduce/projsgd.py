@@ -83,6 +83,8 @@ def summarize(results, outdir) -> Summary:
             r_mean, r_ci = stats(ratio_groups)
             ci_errorbar(axes[1], m, r_mean, r_ci, label=method(b), color=color, marker=marker)
             numbers[f"ratio_batch{b}_max"] = float(max(np.max(np.abs(g - 1.0)) for g in ratio_groups))
+            lines.append(f"{method(b)}: largest |min training loss / ProjGD's - 1| over the seeds and widths: "
+                         f"{100 * numbers[f'ratio_batch{b}_max']:.2f}%")
         table += [(method(b), int(w), len(g), f"{mu:.4e} ± {c:.1e}", f"{md:.4e}",
                    f"{float(np.mean(rg)):.4f}" if len(rg) else "-", f"{float(np.mean(v)):.4e}")
                   for w, g, mu, c, md, rg, v in zip(m, groups, mean, ci, med, ratio_groups, val)]
