@@ -38,12 +38,13 @@ setup(
         "numba>=0.68,<0.69",
         "tabulate>=0.9,<0.11",
         "threadpoolctl>=3.1,<4",
+        "mpmath>=1.3,<2",   # the exact backend: ntpref conformance's calibrated tolerances, ntpref certify
     ],
     extras_require={
         # every module the tests import (torch and jax excepted: those tests skip, with a reason, without
         # the crosscheck extra)
         "test": [
-            "pytest>=8,<10", "hypothesis>=6.100,<7", "mpmath>=1.3,<2", "matplotlib>=3.8,<4",
+            "pytest>=8,<10", "hypothesis>=6.100,<7", "matplotlib>=3.8,<4",
             "dask[distributed]>=2024.8", "cloudpickle>=3",
         ],
         "plot": ["matplotlib>=3.8,<4"],

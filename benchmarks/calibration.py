@@ -53,7 +53,7 @@ def measure_case(case, members) -> list[dict]:
     and whether a 1e-9 perturbation fails (``caught``); ``accurate`` (module docstring) and ``visible`` (a
     non-zero entry)."""
     exact_values = exact_backend().compute(case.kind, case.inputs, as_float=False)
-    bound = case.tolerances("float64")
+    bound = case.tolerances("float64", "bound")
     tolerances = {"bound": bound,
                   "calibrated": calibrated_tolerances(case.model, case.kind, case.expected, exact_values, bound)}
     outputs = {name: _outputs_of(adapter, last, case) for name, adapter, last in members}

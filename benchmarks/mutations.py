@@ -1,8 +1,8 @@
 """The power of the checker: a mutation benchmark of ``ntpref conformance`` (docs/tolerance.md, "The power of
 the checker").
 
-    python -m benchmarks.mutations [--quick] [--random N] [--seed S] [--json OUT.json] [--markdown OUT.md]
-                                   [--numpy-only] [-q]
+    python -m benchmarks.mutations [--quick] [--random N] [--seed S] [--policy calibrated|bound]
+                                   [--json OUT.json] [--markdown OUT.md] [--numpy-only] [-q]
 
 from the repository root (it imports ``examples.adapters``; PyTorch and JAX are needed for the structural
 bugs and the framework adapters). On the conformance cases (the stored cases and ``--random N`` random
@@ -19,7 +19,8 @@ cases per model from ``--seed S``, ``ntpref.oracle.cases.cases``) it measures bo
                  torch_float32 in float32 mode: false failures, and the slack (tolerance / worst error of
                  the family) of every array
 
-It prints the tables (markdown) and writes them with ``--markdown``, every record with ``--json``.
+Every float64 verdict is that of the ``--policy`` (default calibrated, as ``ntpref conformance``; ``bound``,
+the running error bound); float32 mode has its envelope. It prints the tables (markdown) and writes them with ``--markdown``, every record with ``--json``.
 ``--quick``: the random cases only, one per regime (``--random 5``), about a minute; ``--numpy-only``:
 without PyTorch and JAX (no structural bugs, the family without the framework adapters).
 """
@@ -40,7 +41,7 @@ from tabulate import tabulate
 from ntpref.errors import NtprefError
 from ntpref.models import NAMES, SPECS
 from ntpref.npzio import atomic_write, check_output
-from ntpref.oracle.cases import cases
+from ntpref.oracle.cases import DEFAULT_POLICY, POLICIES, cases
 
 from . import symmetries, sweeps
 from .sweeps import ACTS, Member
@@ -67,18 +68,20 @@ def correct_family(frameworks: bool = True) -> list[Member]:
 
 
 def benchmark(random: int, seed: int = 0, stored: bool = True, frameworks: bool = True,
-              log=None) -> dict:
-    """Run the three sweeps on the cases and return the document: the command's settings, the case ids,
-    the records of each sweep and its seconds. ``frameworks`` False: NumPy only (no structural bugs, the
-    family without the PyTorch and JAX adapters)."""
+              log=None, policy: str = DEFAULT_POLICY) -> dict:
+    """Run the three sweeps on the cases under the float64 ``policy`` and return the document: the command's
+    settings, the case ids, the records of each sweep and its seconds. ``frameworks`` False: NumPy only (no
+    structural bugs, the family without the PyTorch and JAX adapters)."""
     selected = cases(random=random, seed=seed, stored=stored)
-    document = {"random": random, "seed": seed, "stored": stored, "cases": [c.id for c in selected], "seconds": {}}
-    parts = {"perturbations": lambda: sweeps.perturbation_sweep(selected),
-             "family": lambda: sweeps.family_sweep(correct_family(frameworks), selected)}
+    document = {"random": random, "seed": seed, "stored": stored, "policy": policy,
+                "cases": [c.id for c in selected], "seconds": {}}
+    parts = {"perturbations": lambda: sweeps.perturbation_sweep(selected, policy=policy),
+             "family": lambda: sweeps.family_sweep(correct_family(frameworks), selected, policy)}
     if frameworks:
         from . import mutants
 
-        parts["bugs"] = lambda: sweeps.bug_sweep(mutants.catalogue(), selected, reference=mutants.adapter())
+        parts["bugs"] = lambda: sweeps.bug_sweep(mutants.catalogue(), selected, reference=mutants.adapter(),
+                                                 policy=policy)
     for name, run in parts.items():
         if log:
             log(f"{name} on {len(selected)} cases ...")
@@ -274,8 +277,8 @@ def family_table(document: dict) -> str:
 
 def markdown(document: dict) -> str:
     """The tables of the document: arrays, structural bugs, correct family, and the seconds."""
-    parts = ["Smallest relative perturbation 10^-k caught (k = 2..12, the oracle's outputs, one array "
-             "multiplied by 1 + 10^-k ξ, ξ = ±1 per entry), and slack = tolerance / worst error of the "
+    parts = [f"Float64 policy: {document['policy']}. Smallest relative perturbation 10^-k caught (k = 2..12, the "
+             "oracle's outputs, one array multiplied by 1 + 10^-k ξ, ξ = ±1 per entry), and slack = tolerance / worst error of the "
              "correct family (median and minimum over the cases):", array_tables(document)]
     if "bugs" in document:
         parts += ["Structural bugs in the PyTorch restatement:", bug_table(document)]
@@ -305,6 +308,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--random", type=int, metavar="N", help=f"random cases per model (default {RANDOM}; "
                    f"--quick {QUICK_RANDOM})")
     p.add_argument("--seed", type=int, default=0, metavar="S", help="seed of the random cases (default 0)")
+    p.add_argument("--policy", choices=POLICIES, default=DEFAULT_POLICY,
+                   help=f"the float64 tolerances (default {DEFAULT_POLICY}, as ntpref conformance)")
     p.add_argument("--json", metavar="OUT.json", help="every record as JSON")
     p.add_argument("--markdown", metavar="OUT.md", help="the tables as markdown")
     p.add_argument("--numpy-only", action="store_true",
@@ -323,7 +328,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         for path in (args.json, args.markdown):
             if path:
                 check_output(path)
-        document = benchmark(random, args.seed, stored=not args.quick, frameworks=not args.numpy_only, log=log)
+        document = benchmark(random, args.seed, stored=not args.quick, frameworks=not args.numpy_only, log=log,
+                             policy=args.policy)
     except NtprefError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2

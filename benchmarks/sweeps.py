@@ -110,13 +110,21 @@ def perturbed(case: Case, array: str, k: int) -> dict:
     return {FUNCTIONS[case.kind]: lambda model, inputs: {**expected, array: wrong}}
 
 
+def float64_policy(precision: str, policy: str | None) -> str | None:
+    """The policy :func:`check` takes at ``precision`` for the float64 ``policy`` of a sweep (float32 mode has
+    its envelope only)."""
+    return policy if precision == "float64" else None
+
+
 def perturbation_sweep(selected: Iterable[Case], precisions: Sequence[str] = PRECISIONS,
-                       exponents: Sequence[int] = EXPONENTS, arrays: Sequence[str] | None = None) -> list[dict]:
+                       exponents: Sequence[int] = EXPONENTS, arrays: Sequence[str] | None = None,
+                       policy: str | None = None) -> list[dict]:
     """One record per (case, floating-point output, precision): ``visible`` (the array has a non-zero
     entry, so that a relative perturbation moves it), ``caught`` (the exponents k whose perturbation
     fails the case), ``k_star`` (the largest k caught: 10^-k_star is the smallest perturbation caught;
     None when none is) and ``named`` (the exponents caught whose departure names the perturbed
-    array). ``arrays``: only these outputs (default all)."""
+    array). ``arrays``: only these outputs (default all); ``policy``: the float64 policy (default
+    calibrated)."""
     records = []
     for case in selected:
         for precision in precisions:
@@ -126,7 +134,7 @@ def perturbation_sweep(selected: Iterable[Case], precisions: Sequence[str] = PRE
                 record = {"case": case.id, "model": case.model, "kind": case.kind, "array": array,
                           "precision": precision, "visible": bool(np.any(value != 0)), "caught": [], "named": []}
                 for k in exponents if record["visible"] else ():
-                    report = check(perturbed(case, array, k), case, precision)
+                    report = check(perturbed(case, array, k), case, precision, float64_policy(precision, policy))
                     if not report.ok:
                         record["caught"].append(k)
                         if report.departure[0] == array:
@@ -164,22 +172,24 @@ def change(outputs: dict, reference: dict) -> tuple[str | None, float]:
     return worst
 
 
-def origin_move(case: Case, origin: tuple[str, int | None], outputs: dict, reference: dict) -> float | None:
+def origin_move(case: Case, origin: tuple[str, int | None], outputs: dict, reference: dict,
+                policy: str | None = None) -> float | None:
     """How far the bug moves its origin: err/tol of ``outputs`` against the bug-free ``reference`` at the
-    origin (a per-step log up to the origin's step), under the case's float64 tolerance; 0 where the bug
-    leaves the origin unchanged, None where either side lacks it."""
+    origin (a per-step log up to the origin's step), under the case's float64 tolerance of ``policy``; 0
+    where the bug leaves the origin unchanged, None where either side lacks it."""
     array, step = origin
     if array not in outputs or array not in reference:
         return None
     end = None if step is None else step + 1
-    return compare_one(array, reference[array][:end], outputs[array][:end], case.tolerances()[array]).ratio
+    return compare_one(array, reference[array][:end], outputs[array][:end], case.tolerances("float64", policy)[array]).ratio
 
 
-def bug_sweep(bugs: Iterable[Bug], selected: Sequence[Case], reference=None) -> list[dict]:
-    """One record per (bug, case of its model whose kind the bug's adapter runs): ``status``, the
-    ``failing`` arrays, the report's ``departure``, the bug's ``origin``, the departure's ``placement``
-    against it and :func:`origin_move`; ``change``: (array, size) of the bug's largest change of the outputs
-    against ``reference`` (an adapter: the implementation without the bug; None: the oracle's outputs)."""
+def bug_sweep(bugs: Iterable[Bug], selected: Sequence[Case], reference=None, policy: str | None = None) -> list[dict]:
+    """One record per (bug, case of its model whose kind the bug's adapter runs), judged by the float64
+    ``policy``: ``status``, the ``failing`` arrays, the report's ``departure``, the bug's ``origin``, the
+    departure's ``placement`` against it and :func:`origin_move`; ``change``: (array, size) of the bug's
+    largest change of the outputs against ``reference`` (an adapter: the implementation without the bug;
+    None: the oracle's outputs)."""
     ref, ref_last = _recording(reference) if reference is not None else (None, None)
     references: dict[str, dict] = {}
     records = []
@@ -188,7 +198,7 @@ def bug_sweep(bugs: Iterable[Bug], selected: Sequence[Case], reference=None) -> 
         for case in selected:
             if case.model != bug.model or FUNCTIONS[case.kind] not in adapter:
                 continue
-            report = check(adapter, case)
+            report = check(adapter, case, "float64", policy)
             if case.id not in references:
                 references[case.id] = case.expected if ref is None else _outputs_of(ref, ref_last, case)
             origin, ran, ref_out = bug.origin(case), report.skipped is None, references[case.id]
@@ -196,7 +206,7 @@ def bug_sweep(bugs: Iterable[Bug], selected: Sequence[Case], reference=None) -> 
                             "status": report.status, "failing": [r.name for r in report.rows if not r.ok],
                             "departure": report.departure, "origin": origin,
                             "placement": placement(case, report.departure, origin),
-                            "origin_move": origin_move(case, origin, last["outputs"], ref_out) if ran else None,
+                            "origin_move": origin_move(case, origin, last["outputs"], ref_out, policy) if ran else None,
                             "change": change(last["outputs"], ref_out) if ran else None})
     return records
 
@@ -208,15 +218,16 @@ def _outputs_of(adapter: dict, last: dict, case: Case) -> dict:
 
 
 # --- correct family --------------------------------------------------------------------------------
-def family_sweep(members: Iterable[Member], selected: Sequence[Case]) -> list[dict]:
+def family_sweep(members: Iterable[Member], selected: Sequence[Case], policy: str | None = None) -> list[dict]:
     """One record per (member, case of its models): ``status`` and, per array, ``ratio`` (err/tol, the
-    largest error as a multiple of its tolerance) and ``ok``."""
+    largest error as a multiple of its tolerance, float64 members under ``policy``) and ``ok``."""
     records = []
     for member in members:
         for case in selected:
             if case.model not in member.models:
                 continue
-            report: CaseReport = check(member.adapter, case, member.precision)
+            report: CaseReport = check(member.adapter, case, member.precision,
+                                       float64_policy(member.precision, policy))
             records.append({"member": member.name, "precision": member.precision, "case": case.id,
                             "model": case.model, "status": report.status,
                             "rows": [{"array": r.name, "ratio": r.ratio, "ok": r.ok} for r in report.rows]})

@@ -4,16 +4,15 @@ a 1e-9 relative error fails it wherever float64 computes the array 100x more acc
 import numpy as np
 import pytest
 
-pytest.importorskip("mpmath")
-
-from ntpref import exact  # noqa: E402
-from ntpref.models import SPECS  # noqa: E402
-from ntpref.oracle.calibrated import FLOOR, MULTIPLE, calibrated_tolerance, calibrated_tolerances  # noqa: E402
-from ntpref.oracle.cases import random_cases  # noqa: E402
-from ntpref.oracle.exactness import differences  # noqa: E402
-from ntpref.oracle.compare import check_tolerance, compare_arrays, element_bounds  # noqa: E402
-from ntpref.oracle.reference import compute, intermediates  # noqa: E402
-from ntpref.rounding import U  # noqa: E402
+from ntpref import exact
+from ntpref.models import SPECS
+from ntpref.oracle import reference
+from ntpref.oracle.calibrated import FLOOR, MULTIPLE, calibrated_tolerance, calibrated_tolerances
+from ntpref.oracle.cases import random_cases, stored_cases
+from ntpref.oracle.compare import check_tolerance, compare_arrays, element_bounds
+from ntpref.oracle.exactness import differences
+from ntpref.oracle.reference import compute, intermediates
+from ntpref.rounding import U
 
 CASES = random_cases(None, n=4, seed=2)
 
@@ -39,7 +38,7 @@ def calibrated():
     out = []
     for case in CASES:
         values = exact.compute(case.kind, case.inputs, as_float=False)
-        bound = case.tolerances("float64")
+        bound = case.tolerances("float64", "bound")
         out.append((case, values, bound, calibrated_tolerances(case.model, case.kind, case.expected, values, bound)))
     return out
 
@@ -105,10 +104,28 @@ def test_conformance_under_the_calibrated_policy_catches_what_the_bound_lets_thr
     case = random_cases(["twostage"], n=1, seed=0)[0]          # general E: grad_W_kq cancels
     assert case.id == "r0_twostage_0_eval_general_E"
     wrong = perturbed(case, "grad_W_kq", 9)
-    assert check(wrong, case).ok                                # 1e-9 sits inside the running error bound
-    report = check(wrong, case, policy="calibrated")
+    assert check(wrong, case, policy="bound").ok                # 1e-9 sits inside the running error bound
+    report = check(wrong, case)                                 # the default: calibrated
     assert not report.ok and report.departure[0] == "grad_W_kq"
-    assert check(perturbed(case, "grad_W_kq", 15), case, policy="calibrated").ok   # below 64 u
+    row = next(r for r in report.rows if r.name == "grad_W_kq")
+    under_bound = check(wrong, case, policy="bound").rows
+    ratio = next(r.ratio for r in under_bound if r.name == "grad_W_kq")
+    assert row.note.endswith(f"; err/bound {ratio:.1e}: within the guaranteed bound"), row.note
+    assert all("err/bound" not in r.note for r in report.rows if r.ok)
+    far = next(r for r in check(perturbed(case, "grad_W_kq", 3), case).rows if r.name == "grad_W_kq")
+    assert far.note.endswith("beyond the guaranteed bound"), far.note
+    assert check(perturbed(case, "grad_W_kq", 15), case).ok     # below 64 u
+
+
+def test_the_default_policy_is_calibrated_in_float64_and_the_envelope_in_float32():
+    from ntpref.oracle.cases import check_policy
+
+    assert check_policy("float64") == "calibrated" and check_policy("float32") == "bound"
+    assert check_policy("float64", "bound") == "bound"
+    case = CASES[1]
+    assert case.tolerances() is case.tolerances("float64", "calibrated")
+    assert case.tolerances("float32") is case.tolerances("float32", "bound")
+    assert case.tolerances("float32") != case.tolerances("float64", "bound")
 
 
 def test_the_calibrated_policy_is_for_float64_only():
@@ -116,3 +133,23 @@ def test_the_calibrated_policy_is_for_float64_only():
 
     with pytest.raises(InputError, match="calibrated for float64 only"):
         CASES[0].tolerances("float32", "calibrated")
+
+
+def test_every_stored_case_carries_calibrated_tolerances_and_the_cheap_ones_are_what_the_exact_backend_gives():
+    """The manifest's calibrated tolerances (``ntpref certify --record``) cover every stored eval/train case,
+    so conformance runs no exact backend for them; recomputed from an exact run of the evaluations they are
+    the same numbers (the training runs' exact runs take minutes: the slow certification test compares them)."""
+    manifest = reference.load_manifest(reference.default_root())["cases"]
+    recomputed = 0
+    for case in stored_cases():
+        recorded = reference.calibrated_of(manifest[case.id])
+        assert recorded is not None, case.id
+        assert recorded.keys() == case.expected.keys()
+        assert any(recorded[n] != case.tolerances("float64", "bound")[n] for n in recorded), case.id
+        if case.kind == "train":
+            continue
+        values = exact.compute(case.kind, case.inputs, as_float=False)
+        assert calibrated_tolerances(case.model, case.kind, case.expected, values,
+                                     case.tolerances("float64", "bound")) == recorded, case.id
+        recomputed += 1
+    assert recomputed == 7

@@ -392,7 +392,7 @@ def test_certify_reports_every_array_in_units_of_u_and_of_the_tolerance():
     f = next(r for r in report.rows if r.name == "f")
     assert f.err == 0 and f.units == 0 and f.scale == 0 and f.where == ""   # paired init: f = 0 exactly, in both
     for row in report.rows:
-        tols = BY_ID[row.case].tolerances("float64")
+        tols = BY_ID[row.case].tolerances("float64", "bound")
         if row.name in tols:
             assert row.bound == tols[row.name]["atol"]            # an eval bound is the atol of every entry
         assert row.ratio <= 1e-2 and row.units < 100 and not row.trajectory
@@ -458,28 +458,45 @@ def test_certify_command_exit_statuses(capsys, monkeypatch):
 
 @pytest.mark.slow
 def test_certify_every_stored_case_in_full():
-    """Every stored case, the train runs whole (about 5 minutes, most of it twostage_train_K20)."""
+    """Every stored case, the train runs whole (about 5 minutes, most of it twostage_train_K20); the calibrated
+    tolerances measured on the way are those the manifest records."""
+    from ntpref.oracle.reference import calibrated_of, default_root, load_manifest
+
     report = certify.certify(certify.stored().values())
     print(report)
     assert report.ok, report.summary()
+    manifest = load_manifest(default_root())["cases"]
+    assert all(r.calibrated == calibrated_of(manifest[r.case]) for r in report if r.calibrated is not None)
 
 
 def test_certify_record_stores_the_ratios_that_verify_prints_and_regen_keeps_while_they_hold(tmp_path, capsys):
-    """--record writes each certified array's err/tol into the manifest; verify shows the largest per case;
-    a regen keeps it for arrays whose values and tolerance stay and drops it for the others; --record
-    refuses a cut or numpy run."""
+    """--record writes each certified array's err/tol and its calibrated tolerance into the manifest (the
+    calibrated ones are those the exact run gives and what conformance judges the stored case by); verify
+    shows the largest err/tol per case; a regen keeps both for arrays whose values and tolerance stay and
+    drops them for the others; --record refuses a cut or numpy run."""
     import shutil
 
     from ntpref.cli import main
     from ntpref.oracle import reference
+    from ntpref.oracle.calibrated import calibrated_tolerances
+    from ntpref.oracle.cases import stored_cases
 
     root = tmp_path / "runs"
     shutil.copytree(reference.default_root(), root)
     case = "twostage_eval_onehot_succ"
+    for rec in reference.load_manifest(root)["cases"][case]["arrays"].values():
+        rec.pop("calibrated", None)
     assert main(["certify", case, "--record", "--root", str(root)]) == 0
-    assert "recorded the err/tol of 7 arrays of 1 stored cases" in capsys.readouterr().out
+    assert ("recorded the err/tol of 7 arrays of 1 stored cases (ntpref verify shows them) and the calibrated "
+            "tolerances of 1 cases") in capsys.readouterr().out
     records = reference.load_manifest(root)["cases"][case]["arrays"]
     assert all(0.0 <= rec["certified"] < 1.0 for rec in records.values())
+    stored = next(c for c in stored_cases(["twostage"], root) if c.id == case)
+    measured = calibrated_tolerances(stored.model, stored.kind, stored.expected,
+                                     exact.compute(stored.kind, stored.inputs, as_float=False),
+                                     stored.tolerances("float64", "bound"))
+    assert stored.tolerances() == measured
+    assert any(rec["calibrated"] != "bound" for rec in records.values())
     assert main(["verify", case, "--root", str(root)]) == 0
     line = next(l for l in capsys.readouterr().out.splitlines() if l.startswith(case))
     assert f"{max(r['certified'] for r in records.values()):.1e}" in line.split()
@@ -491,6 +508,8 @@ def test_certify_record_stores_the_ratios_that_verify_prints_and_regen_keeps_whi
     assert main(["regen", case, "--force", "--root", str(root)]) == 0
     kept = {n for n, r in reference.load_manifest(root)["cases"][case]["arrays"].items() if "certified" in r}
     assert kept == set(records) - {"logits", "loss"}
+    assert kept == {n for n, r in reference.load_manifest(root)["cases"][case]["arrays"].items() if "calibrated" in r}
+    assert reference.calibrated_of(reference.load_manifest(root)["cases"][case]) is None   # conformance measures
     assert main(["regen", case, "--tolerances-only", "--root", str(root)]) == 0     # nothing moves: all stay
     assert kept == {n for n, r in reference.load_manifest(root)["cases"][case]["arrays"].items() if "certified" in r}
     capsys.readouterr()

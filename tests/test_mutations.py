@@ -96,8 +96,9 @@ def test_symmetry_moved_numpy_backend_passes(selected):
     assert min(s["float64"]["min"] for s in slack.values()) > 1.0
     document = {"perturbations": bm.sweeps.perturbation_sweep(selected[:1], precisions=("float64",), exponents=(4,)),
                 "family": records, "seconds": {}, "cases": [c.id for c in selected], "stored": True, "random": 3,
-                "seed": 0}
+                "seed": 0, "policy": "calibrated"}
     text = bm.mutations.markdown(document)
+    assert text.startswith("Float64 policy: calibrated.")
     row = next(line for line in text.splitlines() if line.startswith("| grad_W "))
     assert [cell.strip() for cell in row.split("|")[1:4]] == ["grad_W", "1", "1e-04"]
     named = re.search(r"Departure of the caught perturbations: the perturbed array named in (\d+) of (\d+)\.", text)
@@ -126,3 +127,12 @@ def test_whole_quick_benchmark(tmp_path):
     summary = bm.mutations.bug_summary(document["bugs"])
     assert all(s["caught"] and not s["missed"] and not s["placement"].get("earlier") for s in summary)
     assert all(r["named"] == r["caught"] for r in document["perturbations"])
+
+
+def test_the_sweeps_judge_by_the_policy_they_are_given():
+    """A 1e-9 error of the cancelling grad_W_kq of a general-E evaluation: caught under the calibrated
+    default, not under the running error bound."""
+    (case,) = [c for c in cases(["twostage"], random=1, stored=False) if c.id == "r0_twostage_0_eval_general_E"]
+    caught = {policy: bm.sweeps.perturbation_sweep([case], ("float64",), (9,), ["grad_W_kq"], policy)[0]["caught"]
+              for policy in ("calibrated", "bound")}
+    assert caught == {"calibrated": [9], "bound": []}

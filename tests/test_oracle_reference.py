@@ -93,8 +93,10 @@ def test_manifest_lists_cases_with_provenance_hashes_and_tolerances(manifest):
 
 @pytest.mark.parametrize("case", sorted(SPEC_CASES))
 def test_manifest_tolerances_follow_the_float64_policy(manifest, case):
-    """Every recorded tolerance is the policy's for the stored input (a training tolerance rests on a
-    measured response to rounding, which may differ by a small factor on another machine)."""
+    """Every recorded tolerance is the policy's for the stored input. A training tolerance rests on a
+    measured response to rounding, which may differ by a small factor on another machine: the twostage_train_K20
+    response of stage1_corr, a few roundings per step, gives 4.4e-15 per step on the machine that wrote the
+    manifest (a znver5 target) and 2.7e-15 on a znver4, so a training tolerance is held to a factor of 2."""
     entry = manifest["cases"][case]
     arrays = load_npz(REPO_RUNS / case / "expected.npz")
     if "intermediates" in entry:
@@ -103,11 +105,12 @@ def test_manifest_tolerances_follow_the_float64_policy(manifest, case):
     policy = tolerance.default_tolerances(entry["model"], entry["kind"], inputs, arrays)
     recorded = reference.tolerances_of(entry)
     assert set(recorded) == set(policy)
-    rel = 0.5 if entry["kind"] == "train" else 1e-9
+    factor = 2.0 if entry["kind"] == "train" else 1.0 + 1e-9
     for name, tol in policy.items():
         assert recorded[name]["rtol"] == pytest.approx(tol["rtol"], rel=1e-12), name
-        assert recorded[name]["atol"] == pytest.approx(tol["atol"], rel=rel), name
-        assert recorded[name]["atol_per_step"] == pytest.approx(tol["atol_per_step"], rel=rel, abs=1e-30), name
+        for key in ("atol", "atol_per_step"):
+            a, b = recorded[name][key], tol[key]
+            assert (a == b == 0) or (b / factor <= a <= b * factor), (name, key, a, b)
         assert recorded[name]["atol_max_scale"] == 0.0 and "head" not in recorded[name]
 
 
@@ -444,6 +447,10 @@ def _edit_manifest(root: Path, edit) -> None:
      rf"case '{EVAL_CASE}' array 'logits': 'bitwise' must be true or false, got \"yes\""),
     (lambda m: m["cases"][EVAL_CASE]["arrays"]["logits"].update(certified=True),
      rf"case '{EVAL_CASE}' array 'logits': 'certified' must be a number >= 0"),
+    (lambda m: m["cases"][EVAL_CASE]["arrays"]["logits"].update(calibrated="tight"),
+     rf"case '{EVAL_CASE}' array 'logits': 'calibrated' must be \"bound\" or a tolerance object, got \"tight\""),
+    (lambda m: m["cases"][EVAL_CASE]["arrays"]["logits"].update(calibrated={"atol": -1.0}),
+     rf"case '{EVAL_CASE}' array 'logits' 'calibrated': 'atol' must be a finite number >= 0"),
     (lambda m: m["cases"][EVAL_CASE].update(provenance="x"),
      rf"case '{EVAL_CASE}': 'provenance' must be an object, got \"x\""),
     (lambda m: m["cases"][EVAL_CASE]["arrays"]["logits"].update(certifed=0.1),       # a misspelt record field

@@ -2,11 +2,14 @@
 
 A :class:`Case` is one ``ntpref eval`` or ``ntpref train`` input of one model. Its expected outputs
 are the stored ``expected.npz`` (stored cases, checked against the manifest's hashes) or the
-oracle's outputs computed on the spot (random cases); its tolerances are those of the float64
-policy (:func:`ntpref.oracle.tolerance.default_tolerances`) or of the float32 envelope
+oracle's outputs computed on the spot (random cases); its tolerances are those of a float64 policy (the
+calibrated one, :mod:`ntpref.oracle.calibrated`, by default; or the running error bound,
+:func:`ntpref.oracle.tolerance.default_tolerances`) or of the float32 envelope
 (:func:`ntpref.oracle.envelope.float32_tolerances`). Everything is computed on first use and kept.
 
-The float64 tolerances of a stored case are those recorded in its manifest (the same policy).
+The float64 tolerances of a stored case are those recorded in its manifest, the running bound's and, once
+``ntpref certify --record`` has measured them, the calibrated ones; a random case's calibrated tolerances
+take one run of the exact backend.
 Random cases are small (a few sentences or samples, at most 40 steps) and drawn from
 ``np.random.default_rng([seed, model index, j])`` (the model's index in the registry,
 :mod:`ntpref.models`), so case ``j`` of a model is the same whatever ``n`` and whichever models are
@@ -18,7 +21,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable
-from functools import cached_property
+from functools import cached_property, lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -31,33 +34,43 @@ KINDS = ("eval", "train")
 PRECISIONS = ("float64", "float32")
 #: The float64 tolerance policies: the running error bound (docs/tolerance.md) and the calibrated one.
 POLICIES = ("bound", "calibrated")
+#: The float64 policy of a check that names none.
+DEFAULT_POLICY = "calibrated"
 #: Random cases per model when not given: enough for every regime of every model.
 DEFAULT_RANDOM = max(len(spec.regimes) for spec in SPECS.values())
 #: Per-step logs among the train outputs of every model (axis 0 = step).
 TRAJECTORIES = frozenset(name for spec in SPECS.values() for name in spec.trajectories)
 
 
-def check_policy(precision: str, policy: str) -> None:
-    """InputError unless ``precision`` is one of :data:`PRECISIONS` and ``policy`` one of :data:`POLICIES`, a
-    policy other than "bound" going with float64 only."""
+def check_policy(precision: str, policy: str | None = None) -> str:
+    """The float64 policy ``policy`` stands for at ``precision`` (one of :data:`PRECISIONS`): None is the
+    default, "calibrated" in float64 and "bound" (the float32 envelope, for which no calibration exists) in
+    float32. InputError for another precision, a policy not in :data:`POLICIES` or "calibrated" in float32."""
     if precision not in PRECISIONS:
         raise InputError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+    if policy is None:
+        return DEFAULT_POLICY if precision == "float64" else "bound"
     if policy not in POLICIES or (policy != "bound" and precision != "float64"):
         raise InputError(f"policy must be one of {', '.join(POLICIES)} (calibrated for float64 only), got "
                          f"{policy!r} with precision {precision}")
+    return policy
 
 
 class Case:
     """One conformance case: ``id``, ``model``, ``kind`` ("eval" | "train"), ``source`` ("stored" |
     "random"), ``description``; ``inputs`` (the input dict, with ``model``), ``expected`` (the oracle's
     outputs) and :meth:`tolerances` are computed on first use. ``load()`` returns (inputs, the stored
-    expected outputs or None); ``recorded``: the float64 tolerances stored with the case, if any."""
+    expected outputs or None); ``recorded``: the float64 tolerances stored with the case, if any;
+    ``calibrated``: its recorded calibrated tolerances, if any."""
 
     def __init__(self, id: str, model: str, kind: str, source: str, description: str,
-                 load: Callable[[], tuple[dict, dict | None]], recorded: dict[str, dict] | None = None):
+                 load: Callable[[], tuple[dict, dict | None]], recorded: dict[str, dict] | None = None,
+                 calibrated: dict[str, dict] | None = None):
         self.id, self.model, self.kind, self.source, self.description = id, model, kind, source, description
         self._load = load
         self._tolerances: dict[str, dict] = {} if recorded is None else {"float64": recorded}
+        if calibrated is not None:
+            self._tolerances["calibrated"] = calibrated
 
     def __repr__(self) -> str:
         return f"Case({self.id!r})"
@@ -80,30 +93,37 @@ class Case:
         stored = self._data[1]
         return stored if stored is not None else oracle_outputs(self.kind, self.inputs)
 
-    def tolerances(self, precision: str = "float64", policy: str = "bound") -> dict[str, dict]:
-        """name → tolerance of every expected array: the float64 policy (``policy`` "bound", the running error
-        bound; "calibrated", :mod:`ntpref.oracle.calibrated`, which runs the exact backend once), or the
-        float32 envelope."""
-        check_policy(precision, policy)
-        key = precision if policy == "bound" else policy
+    def tolerances(self, precision: str = "float64", policy: str | None = None) -> dict[str, dict]:
+        """name → tolerance of every expected array: in float64 those of ``policy`` (:func:`check_policy`:
+        "calibrated" by default, :mod:`ntpref.oracle.calibrated`, recorded with a stored case or measured by
+        one run of the exact backend; "bound", the running error bound), in float32 the float32 envelope."""
+        key = precision if check_policy(precision, policy) == "bound" else "calibrated"
         if key not in self._tolerances:
             if key == "calibrated":
-                from .calibrated import calibrated_tolerances
                 from .exactness import exact_backend
 
-                values = exact_backend().compute(self.kind, self.inputs, as_float=False)
-                tols = calibrated_tolerances(self.model, self.kind, self.expected, values, self.tolerances("float64"))
+                self.calibrate(exact_backend().compute(self.kind, self.inputs, as_float=False))
             elif precision == "float64":
                 from .tolerance import default_tolerances
 
                 outputs = self.expected if self.source == "random" else None   # computed by the oracle here
-                tols = default_tolerances(self.model, self.kind, self.inputs, self.expected, outputs=outputs)
+                self._tolerances[key] = default_tolerances(self.model, self.kind, self.inputs, self.expected,
+                                                           outputs=outputs)
             else:
                 from .envelope import float32_tolerances
 
-                tols = float32_tolerances(self.kind, self.inputs, self.expected)
-            self._tolerances[key] = tols
+                self._tolerances[key] = float32_tolerances(self.kind, self.inputs, self.expected)
         return self._tolerances[key]
+
+    def calibrate(self, exact_values: dict[str, np.ndarray]) -> dict[str, dict]:
+        """The calibrated tolerances (:func:`ntpref.oracle.calibrated.calibrated_tolerances`) from
+        ``exact_values``, the exact backend's outputs (object arrays of mpf) of this case's input, kept as the
+        case's; returned."""
+        from .calibrated import calibrated_tolerances
+
+        self._tolerances["calibrated"] = calibrated_tolerances(self.model, self.kind, self.expected, exact_values,
+                                                               self.tolerances("float64", "bound"))
+        return self._tolerances["calibrated"]
 
 
 # --- stored cases -----------------------------------------------------------------------------------
@@ -115,7 +135,7 @@ def stored_cases(models: Iterable[str] | None = None, root: str | os.PathLike | 
     root: a reference directory (default :func:`ntpref.oracle.reference.default_root`); one without cases
     is an InputError, as for ``ntpref verify``. A file that does not match the manifest is an InputError
     naming the case, the file and the array."""
-    from .reference import default_root, load_cases, tolerances_of
+    from .reference import calibrated_of, default_root, load_cases, tolerances_of
 
     models = check_models(models)
     root = Path(root if root is not None else default_root())
@@ -124,7 +144,7 @@ def stored_cases(models: Iterable[str] | None = None, root: str | os.PathLike | 
     for name, entry in manifest["cases"].items():
         if entry["model"] in models and entry["kind"] in kinds:
             out.append(Case(name, entry["model"], entry["kind"], "stored", entry.get("description", ""),
-                            _stored_loader(root, name, entry), tolerances_of(entry)))
+                            _stored_loader(root, name, entry), tolerances_of(entry), calibrated_of(entry)))
     return out
 
 
@@ -147,20 +167,24 @@ def _stored_loader(root: Path, name: str, entry: dict) -> Callable[[], tuple[dic
 
 # --- random cases -----------------------------------------------------------------------------------
 def random_cases(models: Iterable[str] | None = None, n: int = DEFAULT_RANDOM, seed: int = 0) -> list[Case]:
-    """``n`` random cases per model from ``seed`` (module docstring); the oracle's outputs are the expected."""
+    """``n`` random cases per model from ``seed`` (module docstring); the oracle's outputs are the expected.
+    A case is made once per process (:func:`random_case`), so what it computes on first use (the oracle's
+    outputs, the exact run of its calibrated tolerances) serves every later run of it."""
     models = check_models(models)
     n = as_scalar("random", n, kind="int", low=0)
     seed = as_scalar("seed", seed, kind="int", low=0)
-    out = []
-    for model in models:
-        regimes = list(SPECS[model].regimes.items())
-        for j in range(n):
-            name, make = regimes[j % len(regimes)]
-            rng = np.random.default_rng([seed, NAMES.index(model), j])
-            kind, inputs, description = make(rng)
-            out.append(Case(f"r{seed}_{model}_{j}_{name}", model, kind, "random", description,
-                            lambda inputs=inputs, model=model: ({"model": np.array(model), **inputs}, None)))
-    return out
+    return [random_case(model, j, seed) for model in models for j in range(n)]
+
+
+@lru_cache(maxsize=1024)
+def random_case(model: str, j: int, seed: int) -> Case:
+    """Random case ``j`` of ``model`` from ``seed``: the regime ``j mod r`` of the model's r regimes, drawn
+    from ``np.random.default_rng([seed, model index, j])``."""
+    regimes = list(SPECS[model].regimes.items())
+    name, make = regimes[j % len(regimes)]
+    kind, inputs, description = make(np.random.default_rng([seed, NAMES.index(model), j]))
+    return Case(f"r{seed}_{model}_{j}_{name}", model, kind, "random", description,
+                lambda: ({"model": np.array(model), **inputs}, None))
 
 
 def cases(models: Iterable[str] | None = None, random: int = DEFAULT_RANDOM, seed: int = 0, stored: bool = True,

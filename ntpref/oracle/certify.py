@@ -10,7 +10,7 @@ and Q the multiprecision one (unrounded), elementwise
     err_k = |Q̂_k − Q_k|,   bound_k = atol + atol_per_step·t + atol_max_scale·max|Q| + rtol·|Q_k|
 
 where t is the element's index along axis 0 (the step of a trajectory) and the tolerance dict is the
-case's float64 one (``case.tolerances("float64")``, the policy of docs/tolerance.md), applied by
+case's running error bound (``case.tolerances("float64", "bound")``, docs/tolerance.md), applied by
 :func:`ntpref.oracle.compare.element_bounds`, the bound ``ntpref compare`` applies. Per array it reports
 
     err = max_k err_k,   units = err / (u · max|Q|)  (u = 2⁻⁵³),   ratio = max_k err_k / bound_k
@@ -28,7 +28,9 @@ direction approximates within the case's tolerance) are named in the case's note
 ``steps``: a train case is cut to at most that many updates per stage (``T0``, ``T``, ``steps``), and its
 tolerances are then the float64 policy's for the cut input (:func:`truncated`).
 
-The exact backend needs mpmath (a test dependency of ntpref); it is imported when a certification runs.
+The exact backend (mpmath) is imported when a certification runs. ``--record`` stores, besides each array's
+err/tol, the case's calibrated tolerances (:meth:`Case.calibrate`, from the same exact run), which
+``ntpref conformance`` then judges the stored cases by without an exact run of its own.
 """
 from __future__ import annotations
 
@@ -43,6 +45,7 @@ from ..checks import check_backend, did_you_mean, integer_at_least
 from ..errors import InputError
 from ..rounding import U
 from .cases import DEFAULT_RANDOM, TRAJECTORIES, Case, random_cases, stored_cases
+from .cases import KINDS as CASE_KINDS
 from .compare import check_tolerance, element_bounds
 from .exactness import differences, exact_backend
 from .reference import KINDS
@@ -102,8 +105,9 @@ class CaseResult(NamedTuple):
     """The certification of one case: its ``case`` id, ``model``, ``kind``, the oracle's ``backend``,
     ``steps`` (the cut of a train case, None for the whole run), one :class:`Row` per certified array (in
     the oracle's output order), ``not_certified`` (name → why, the oracle's outputs the exact backend does
-    not compute), ``notes`` (inputs the exact backend does not read, and what it does instead) and
-    ``seconds``, the exact backend's run time."""
+    not compute), ``notes`` (inputs the exact backend does not read, and what it does instead),
+    ``seconds``, the exact backend's run time, and ``calibrated``, the case's calibrated tolerances measured
+    on the way (name → tolerance, :meth:`Case.calibrate`; None for a kind conformance does not check)."""
 
     case: str
     model: str
@@ -114,6 +118,7 @@ class CaseResult(NamedTuple):
     not_certified: dict
     notes: tuple
     seconds: float
+    calibrated: dict | None = None
 
     @property
     def ok(self) -> bool:
@@ -223,7 +228,7 @@ def _tolerances(case: Case, names: list[str]) -> dict[str, dict]:
     lacks (a random eval case has none stored) the policy's."""
     from .tolerance import default_tolerances
 
-    tols = dict(case.tolerances("float64"))
+    tols = dict(case.tolerances("float64", "bound"))
     missing = [n for n in names if n not in tols]
     if missing:
         tols.update(default_tolerances(case.model, case.kind, case.inputs, dict.fromkeys(missing)))
@@ -252,8 +257,9 @@ def certify_case(case: Case, backend: str = "numba", steps: int | None = None) -
     not_certified = {n: module.NOT_COMPUTED.get(n, _NOT_COMPUTED) for n in actual if n not in exact_values}
     notes = tuple(f"input '{k}' = {np.asarray(run.inputs[k])} is not read: {why}"
                   for k, why in module.IGNORED.items() if k in run.inputs)
+    calibrated = run.calibrate(exact_values) if run.kind in CASE_KINDS else None
     return CaseResult(case.id, case.model, case.kind, backend, None if run is case else steps, rows, not_certified,
-                      notes, seconds)
+                      notes, seconds, calibrated)
 
 
 def certify(cases: Iterable[Case], backend: str = "numba", steps: int | None = None) -> Report:
@@ -294,12 +300,15 @@ def _handle(args) -> int:
         print("\n".join(report[-1].lines(width)), flush=True)
     print(report.summary())
     if args.record:
+        known = stored(args.root)
         ratios = {r.case: {row.name: row.ratio for row in r.rows if math.isfinite(row.ratio)}
-                  for r in report if r.case in stored(args.root)}
+                  for r in report if r.case in known}
+        calibrated = {r.case: r.calibrated for r in report if r.case in known and r.calibrated is not None}
         root = args.root or default_root()
-        record_certified(root, ratios)
+        record_certified(root, ratios, calibrated)
         print(f"recorded the err/tol of {sum(map(len, ratios.values()))} arrays of {len(ratios)} stored cases "
-              f"in {root}/manifest.json (ntpref verify shows them)")
+              f"(ntpref verify shows them) and the calibrated tolerances of {len(calibrated)} cases in "
+              f"{root}/manifest.json")
     return 0 if report.ok else 1
 
 
@@ -328,5 +337,6 @@ def register(subparsers) -> None:
     p.add_argument("--root", metavar="DIR", help="reference directory of the stored cases (default: as ntpref verify)")
     p.add_argument("--record", action="store_true",
                    help="store each stored case's certified err/tol per array in the manifest (ntpref verify "
-                        "prints it); regen, which rewrites values or tolerances, drops it")
+                        "prints it) and its calibrated tolerances (what ntpref conformance judges by); regen, "
+                        "which rewrites values or tolerances, drops both")
     p.set_defaults(func=_handle)

@@ -1,6 +1,6 @@
 """The exact backend (:mod:`ntpref.exact`) loaded when it is needed, and float64 arrays measured against its
 values: what ``ntpref certify`` (:mod:`ntpref.oracle.certify`) and the calibrated tolerance
-(:mod:`ntpref.oracle.calibrated`) share. The exact backend needs mpmath (a test dependency of ntpref)."""
+(:mod:`ntpref.oracle.calibrated`) share."""
 from __future__ import annotations
 
 import numpy as np
@@ -9,13 +9,9 @@ from ..errors import InputError
 
 
 def exact_backend():
-    """The exact backend (:mod:`ntpref.exact`); InputError naming the missing dependency without mpmath."""
-    try:
-        from .. import exact
-    except ModuleNotFoundError as exc:
-        if exc.name != "mpmath":
-            raise
-        raise InputError("the exact backend needs mpmath: pip install mpmath") from None
+    """The exact backend (:mod:`ntpref.exact`), imported when first needed: it loads mpmath."""
+    from .. import exact
+
     return exact
 
 

@@ -16,7 +16,7 @@ environment variable ``NTPREF_REFERENCE_RUNS`` or ``--root DIR`` selects another
                       "files": {"input.npz": SHA256, "expected.npz": SHA256[, "intermediates.npz": SHA256]},
                       "inputs": {NAME: {"shape", "dtype", "sha256"}},
                       "arrays": {NAME: {"shape", "dtype", "sha256", "bitwise", "rtol", "atol", "atol_max_scale",
-                                        "atol_per_step", "reason"[, "head"]}},
+                                        "atol_per_step", "reason"[, "head"][, "certified"][, "calibrated"]}},
                       "intermediates": {NAME: {same fields as "arrays"}}}}}
 
 SHA-256 of an array is taken over its raw bytes in C order; the file hashes catch a changed byte
@@ -24,7 +24,10 @@ that lies outside every array (zip headers). Tolerances are those of :mod:`ntpre
 set by the float64 policy of :mod:`ntpref.oracle.tolerance` (docs/tolerance.md) whenever a case is
 written. ``bitwise`` (true / false; absent means false) says whether the array is promised bit-identical
 across x86-64 CPUs (docs/contract.md, "Stored reference cases"): the generator declares it, ``regen``
-keeps it. A manifest that is not of this form (bad JSON, a missing key, a wrong type) is an
+keeps it. ``certified`` (the oracle's largest error against the exact backend over its tolerance) and
+``calibrated`` (the array's calibrated tolerance, :mod:`ntpref.oracle.calibrated`, or "bound" where it keeps
+the tolerance above) are written by ``ntpref certify --record`` and dropped when the values or the tolerance
+change. A manifest that is not of this form (bad JSON, a missing key, a wrong type) is an
 InputError naming the file, the case and the key. Unknown keys of the manifest and of a case are
 ignored; the keys of an array's record are :data:`RECORD_FIELDS` and its tolerance's, so a new per-array
 field is added to :data:`RECORD_FIELDS`.
@@ -82,7 +85,12 @@ BYTES_FIELDS = ("shape", "dtype", "sha256")
 #: Every field of an array's record besides its tolerance (whose keys, checked by
 #: :func:`ntpref.oracle.compare.check_tolerance`, are all the others). The fields after :data:`BYTES_FIELDS`
 #: describe the array rather than its bytes; ``regen`` and ``--tolerances-only`` keep them as they are.
-RECORD_FIELDS = BYTES_FIELDS + ("bitwise", "certified")
+RECORD_FIELDS = BYTES_FIELDS + ("bitwise", "certified", "calibrated")
+#: The fields that describe the array's values under its tolerance (``ntpref certify --record``): kept only
+#: while both stay as they are.
+MEASURED_FIELDS = ("certified", "calibrated")
+#: The ``calibrated`` field of an array that keeps its running error bound under the calibrated policy.
+KEEPS_BOUND = "bound"
 
 # --- hashing, provenance, manifest ----------------------------------------------------------------
 def sha256_array(a: np.ndarray) -> str:
@@ -304,6 +312,12 @@ def _check_records(where: str, section: Mapping, tolerances: bool) -> None:
                                    or not math.isfinite(certified) or certified < 0):
             raise InputError(f"{at}: 'certified' must be a number >= 0 (the oracle's error / its tolerance "
                              f"against the exact backend), got {json.dumps(certified)[:60]}")
+        calibrated = rec.get("calibrated", KEEPS_BOUND)
+        if calibrated != KEEPS_BOUND:
+            if not isinstance(calibrated, Mapping):
+                raise InputError(f"{at}: 'calibrated' must be \"{KEEPS_BOUND}\" or a tolerance object, got "
+                                 f"{json.dumps(calibrated)[:60]}")
+            check_tolerance(f"{at} 'calibrated'", calibrated)
         if tolerances:
             check_tolerance(at, _tolerance_part(rec))
 
@@ -368,27 +382,45 @@ def _tolerance_part(rec: Mapping) -> dict:
 
 def kept_fields(rec: Mapping, array: np.ndarray, tolerance: Mapping) -> dict:
     """The fields of an array's record that stay when it is rewritten with the values ``array`` and the
-    tolerance ``tolerance``: ``bitwise`` always; ``certified`` (its error / tolerance against the exact
-    backend, :func:`record_certified`) only when both are unchanged, since it describes them."""
-    kept = {k: rec[k] for k in RECORD_FIELDS[len(BYTES_FIELDS):] if k in rec and k != "certified"}
+    tolerance ``tolerance``: ``bitwise`` always; the :data:`MEASURED_FIELDS` (``certified``, its error /
+    tolerance against the exact backend, and ``calibrated``, its calibrated tolerance: :func:`record_certified`)
+    only when both are unchanged, since they describe them."""
+    kept = {k: rec[k] for k in RECORD_FIELDS[len(BYTES_FIELDS):] if k in rec and k not in MEASURED_FIELDS}
     same_bytes = all(rec.get(k) == v for k, v in _bytes_entry(np.asarray(array)).items())
-    if "certified" in rec and same_bytes and _tolerance_part(rec) == dict(tolerance):
-        kept["certified"] = rec["certified"]
+    if same_bytes and _tolerance_part(rec) == dict(tolerance):
+        kept.update({k: rec[k] for k in MEASURED_FIELDS if k in rec})
     return kept
 
 
-def record_certified(root: str | os.PathLike, ratios: Mapping[str, Mapping[str, float]]) -> None:
-    """Store ``certified`` = err/tol of the oracle against the exact backend (``ntpref certify --record``)
-    in each named array's record: ratios is case → array → ratio, for stored cases certified whole."""
+def record_certified(root: str | os.PathLike, ratios: Mapping[str, Mapping[str, float]],
+                     calibrated: Mapping[str, Mapping[str, Mapping]] = {}) -> None:
+    """Store what ``ntpref certify --record`` measured in each named array's record: ``certified`` = err/tol
+    of the oracle against the exact backend (``ratios``: case → array → ratio) and ``calibrated`` = its
+    calibrated tolerance (:mod:`ntpref.oracle.calibrated`; ``calibrated``: case → array → tolerance dict, the
+    running bound's own for an array that keeps it, stored as :data:`KEEPS_BOUND`), for stored cases
+    certified whole."""
     root = Path(root)
     manifest = load_manifest(root)
-    for case, arrays in ratios.items():
+    for case in {**ratios, **calibrated}:
         entry = manifest["cases"][case]
         for section in ("arrays", "intermediates"):
             for name, rec in entry.get(section, {}).items():
-                if name in arrays:
-                    rec["certified"] = float(arrays[name])
+                if name in ratios.get(case, {}):
+                    rec["certified"] = float(ratios[case][name])
+                if name in calibrated.get(case, {}):
+                    tol = dict(calibrated[case][name])
+                    rec["calibrated"] = KEEPS_BOUND if tol == _tolerance_part(rec) else tol
     save_manifest(root, manifest)
+
+
+def calibrated_of(entry: Mapping) -> dict[str, dict] | None:
+    """name → calibrated tolerance of a manifest case entry (its recorded ``calibrated`` field, the running
+    bound where that is :data:`KEEPS_BOUND`), or None unless every array of the case has one."""
+    recorded = {**entry["arrays"], **entry.get("intermediates", {})}
+    if not recorded or any("calibrated" not in rec for rec in recorded.values()):
+        return None
+    return {n: _tolerance_part(rec) if rec["calibrated"] == KEEPS_BOUND else dict(rec["calibrated"])
+            for n, rec in recorded.items()}
 
 
 def certified_text(entry: Mapping) -> str:
@@ -413,10 +445,11 @@ def _checked_entries(arrays: Mapping[str, np.ndarray], tolerances: Mapping[str, 
 
 
 def _record(bytes_entry: Mapping, fields: Mapping, tolerance: Mapping) -> dict:
-    """An array's record in the manifest's order: bytes, ``bitwise``, the tolerance, ``certified``."""
-    rest = {k: v for k, v in fields.items() if k != "certified"}
-    certified = {"certified": fields["certified"]} if "certified" in fields else {}
-    return {**bytes_entry, **rest, **tolerance, **certified}
+    """An array's record in the manifest's order: bytes, ``bitwise``, the tolerance, ``certified``,
+    ``calibrated``."""
+    rest = {k: v for k, v in fields.items() if k not in MEASURED_FIELDS}
+    measured = {k: fields[k] for k in MEASURED_FIELDS if k in fields}
+    return {**bytes_entry, **rest, **tolerance, **measured}
 
 
 def case_entry(model: str, kind: str, description: str, config: Mapping, seed: int,
