@@ -43,6 +43,27 @@ def calibrated():
     return out
 
 
+def test_a_log_whose_bound_is_tighter_on_its_first_steps_keeps_it_there_as_a_head():
+    """Stage 2 of the five-token run starts at W_kq = 0, so its norm log starts at an exact 0, whose bound
+    (2e-321) lies below the calibrated line. The bound stays on that step as the tolerance's head, the
+    calibrated line serves the rest, and a 1e-9 error of the whole log fails (the bound lets it through)."""
+    (case,) = [c for c in stored_cases(["twostage"]) if c.id == "twostage_train_five_token"]
+    values = exact.compute(case.kind, case.inputs, as_float=False)
+    bound = case.tolerances("float64", "bound")
+    tols = calibrated_tolerances(case.model, case.kind, case.expected, values, bound)
+    tol = tols["stage2_norm"]
+    assert tol["head"] == {"n": 1, **{k: bound["stage2_norm"][k] for k in ("rtol", "atol", "atol_max_scale",
+                                                                              "atol_per_step")}}
+    assert tol["reason"].endswith("; the running error bound on steps 0..0")
+    value = case.expected["stage2_norm"]
+    mine = element_bounds(value, check_tolerance("stage2_norm", tol))
+    theirs = element_bounds(value, check_tolerance("stage2_norm", bound["stage2_norm"]))
+    assert mine[0] == theirs[0] and np.all(mine <= theirs) and np.all(mine[1:] < theirs[1:] / 100)
+    wrong = {**case.expected, "stage2_norm": value * (1.0 + 1e-9)}
+    assert not compare_arrays(case.expected, wrong, tols, names=["stage2_norm"]).ok
+    assert compare_arrays(case.expected, wrong, bound, names=["stage2_norm"]).ok
+
+
 def test_solver_outputs_exact_zeros_and_uncomputed_arrays_keep_the_bound(calibrated):
     kept = 0
     for case, values, bound, tols in calibrated:
@@ -153,3 +174,23 @@ def test_every_stored_case_carries_calibrated_tolerances_and_the_cheap_ones_are_
                                      case.tolerances("float64", "bound")) == recorded, case.id
         recomputed += 1
     assert recomputed == 7
+
+
+def test_the_command_names_its_policy_in_the_header_and_the_json(tmp_path, capsys):
+    import json
+    from pathlib import Path
+
+    from ntpref.cli import main
+
+    adapter = str(Path(__file__).resolve().parent / "conformance_adapters" / "oracle_numpy.py")
+    for args, header, policy in (([], "under the calibrated float64 tolerances", "calibrated"),
+                                 (["--policy", "bound"], "under the float64 running error bound", "bound"),
+                                 (["--precision", "float32"], "under the float32 envelope", "bound")):
+        path = tmp_path / f"{policy}{len(args)}.json"
+        rc = main(["conformance", adapter, "--model", "indrnn", "--random", "1", "--no-stored", *args,
+                   "--json", str(path)])
+        out = capsys.readouterr().out
+        assert rc == 0 and header in out.splitlines()[0], out
+        assert json.loads(path.read_text())["policy"] == policy
+    assert main(["conformance", adapter, "--precision", "float32", "--policy", "calibrated"]) == 2
+    assert "calibrated for float64 only" in capsys.readouterr().err

@@ -23,7 +23,9 @@ calibration applies: outputs of a solver whose certificate, not rounding, sets t
 ``diagnostics``: the max-margin solutions and the correlations with them), arrays the exact backend does
 not compute, arrays that are exactly 0 (nothing to scale from), logs the bound already splits at a step
 from which float64 no longer determines the run (its ``head``), and any array where the calibrated bound
-would exceed the running error bound somewhere.
+would exceed the running error bound somewhere, except a log where it does so on its first steps only (a
+log that starts at an exact 0, whose bound there is all but 0): that log keeps the running bound on those
+steps, as the calibrated tolerance's ``head``, and is calibrated after them.
 """
 from __future__ import annotations
 
@@ -41,6 +43,8 @@ from .exactness import differences
 MULTIPLE = 16.0
 #: The smallest rounding error assumed, in units of u · max|Q|.
 FLOOR = 4.0
+#: The bounds of a tolerance's ``head`` (:mod:`ntpref.oracle.compare`): on its rows, the running bound's.
+HEAD_KEYS = ("rtol", "atol", "atol_max_scale", "atol_per_step")
 
 
 def calibrated_tolerance(diff: np.ndarray, exact: np.ndarray, trajectory: bool) -> dict:
@@ -75,9 +79,18 @@ def calibrated_tolerances(model: str, kind: str, expected: Mapping[str, np.ndarr
         diff, exact = differences(value, exact_values[name])
         if not np.any(exact):
             continue
-        tol = calibrated_tolerance(diff, exact, kind == "train" and name in spec.trajectories)
+        trajectory = kind == "train" and name in spec.trajectories
+        tol = calibrated_tolerance(diff, exact, trajectory)
         reference = np.asarray(value, dtype=np.float64)
         with np.errstate(all="ignore"):
-            if np.all(element_bounds(reference, check_tolerance(name, tol)) <= element_bounds(reference, kept)):
-                out[name] = tol
+            looser = element_bounds(reference, check_tolerance(name, tol)) > element_bounds(reference, kept)
+        if trajectory and looser.ndim >= 1:
+            rows = np.flatnonzero(looser.reshape(looser.shape[0], -1).any(axis=1))
+            if rows.size and rows[-1] + 1 < looser.shape[0]:      # looser on the first steps only
+                n = int(rows[-1]) + 1
+                tol = {**tol, "head": {"n": n, **{k: kept[k] for k in HEAD_KEYS}},
+                       "reason": f"{tol['reason']}; the running error bound on steps 0..{n - 1}"}
+                looser = np.zeros_like(looser)
+        if not looser.any():
+            out[name] = tol
     return out
