@@ -393,13 +393,13 @@ def kept_fields(rec: Mapping, array: np.ndarray, tolerance: Mapping) -> dict:
 
 
 def record_certified(root: str | os.PathLike, ratios: Mapping[str, Mapping[str, float]],
-                     calibrated: Mapping[str, Mapping[str, Mapping]] = {}) -> None:
+                     calibrated: Mapping[str, Mapping[str, Mapping]] | None = None) -> None:
     """Store what ``ntpref certify --record`` measured in each named array's record: ``certified`` = err/tol
     of the oracle against the exact backend (``ratios``: case → array → ratio) and ``calibrated`` = its
     calibrated tolerance (:mod:`ntpref.oracle.calibrated`; ``calibrated``: case → array → tolerance dict, the
     running bound's own for an array that keeps it, stored as :data:`KEEPS_BOUND`), for stored cases
     certified whole."""
-    root = Path(root)
+    root, calibrated = Path(root), calibrated or {}
     manifest = load_manifest(root)
     for case in {**ratios, **calibrated}:
         entry = manifest["cases"][case]
