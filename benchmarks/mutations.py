@@ -20,7 +20,8 @@ cases per model from ``--seed S``, ``ntpref.oracle.cases.cases``) it measures bo
                  the family) of every array
 
 Every float64 verdict is that of the ``--policy`` (default calibrated, as ``ntpref conformance``; ``bound``,
-the running error bound); float32 mode has its envelope. It prints the tables (markdown) and writes them with ``--markdown``, every record with ``--json``.
+the running error bound); float32 mode has its envelope. It prints the tables (markdown) and writes them
+with ``--markdown``, every record with ``--json``.
 ``--quick``: the random cases only, one per regime (``--random 5``), about a minute; ``--numpy-only``:
 without PyTorch and JAX (no structural bugs, the family without the framework adapters).
 """
@@ -278,7 +279,8 @@ def family_table(document: dict) -> str:
 def markdown(document: dict) -> str:
     """The tables of the document: arrays, structural bugs, correct family, and the seconds."""
     parts = [f"Float64 policy: {document['policy']}. Smallest relative perturbation 10^-k caught (k = 2..12, the "
-             "oracle's outputs, one array multiplied by 1 + 10^-k ξ, ξ = ±1 per entry), and slack = tolerance / worst error of the "
+             "oracle's outputs, one array multiplied by 1 + 10^-k ξ, ξ = ±1 per entry), and slack = tolerance / "
+             "worst error of the "
              "correct family (median and minimum over the cases):", array_tables(document)]
     if "bugs" in document:
         parts += ["Structural bugs in the PyTorch restatement:", bug_table(document)]

@@ -181,7 +181,8 @@ def origin_move(case: Case, origin: tuple[str, int | None], outputs: dict, refer
     if array not in outputs or array not in reference:
         return None
     end = None if step is None else step + 1
-    return compare_one(array, reference[array][:end], outputs[array][:end], case.tolerances("float64", policy)[array]).ratio
+    tol = case.tolerances("float64", policy)[array]
+    return compare_one(array, reference[array][:end], outputs[array][:end], tol).ratio
 
 
 def bug_sweep(bugs: Iterable[Bug], selected: Sequence[Case], reference=None, policy: str | None = None) -> list[dict]:

@@ -587,8 +587,8 @@ def _against_bound(case: Case, rows: list[Row], expected: Mapping, actual: Mappi
     bound = case.tolerances("float64", "bound")
     out = []
     for r in rows:
-        calibrated = check_tolerance(r.name, tols[r.name]) != check_tolerance(r.name, bound[r.name])
-        if not r.ok and r.ratio is not None and calibrated:
+        if not r.ok and r.ratio is not None and (check_tolerance(r.name, tols[r.name])
+                                                 != check_tolerance(r.name, bound[r.name])):   # calibrated
             ratio = compare_one(r.name, expected[r.name], actual[r.name], bound[r.name]).ratio
             verdict = "within" if ratio <= 1 else "beyond"
             r = r._replace(note=f"{r.note}; err/bound {ratio:.1e}: {verdict} the guaranteed bound")

@@ -224,7 +224,7 @@ def bit_distances(stored: Mapping[str, np.ndarray], new: Mapping[str, np.ndarray
                   entry: Mapping) -> list[ArrayBits]:
     """:class:`ArrayBits` of every array of ``new`` (a case's recomputed outputs and intermediates) against
     the ``stored`` ones, with the promises of the case's manifest ``entry``."""
-    records = {**entry["arrays"], **entry.get("intermediates", {})}
+    records = array_records(entry)
     return [ArrayBits(name, ulp_distance(stored[name], a) if name in stored else None,
                       records.get(name, {}).get("bitwise") is True) for name, a in new.items()]
 
@@ -402,21 +402,19 @@ def record_certified(root: str | os.PathLike, ratios: Mapping[str, Mapping[str, 
     root, calibrated = Path(root), calibrated or {}
     manifest = load_manifest(root)
     for case in {**ratios, **calibrated}:
-        entry = manifest["cases"][case]
-        for section in ("arrays", "intermediates"):
-            for name, rec in entry.get(section, {}).items():
-                if name in ratios.get(case, {}):
-                    rec["certified"] = float(ratios[case][name])
-                if name in calibrated.get(case, {}):
-                    tol = dict(calibrated[case][name])
-                    rec["calibrated"] = KEEPS_BOUND if tol == _tolerance_part(rec) else tol
+        for name, rec in array_records(manifest["cases"][case]).items():
+            if name in ratios.get(case, {}):
+                rec["certified"] = float(ratios[case][name])
+            if name in calibrated.get(case, {}):
+                tol = dict(calibrated[case][name])
+                rec["calibrated"] = KEEPS_BOUND if tol == _tolerance_part(rec) else tol
     save_manifest(root, manifest)
 
 
 def calibrated_of(entry: Mapping) -> dict[str, dict] | None:
     """name → calibrated tolerance of a manifest case entry (its recorded ``calibrated`` field, the running
     bound where that is :data:`KEEPS_BOUND`), or None unless every array of the case has one."""
-    recorded = {**entry["arrays"], **entry.get("intermediates", {})}
+    recorded = array_records(entry)
     if not recorded or any("calibrated" not in rec for rec in recorded.values()):
         return None
     return {n: _tolerance_part(rec) if rec["calibrated"] == KEEPS_BOUND else dict(rec["calibrated"])
@@ -426,8 +424,7 @@ def calibrated_of(entry: Mapping) -> dict[str, dict] | None:
 def certified_text(entry: Mapping) -> str:
     """The largest recorded ``certified`` ratio of a case's arrays (how far the oracle's own error goes into
     its tolerance), "-" when none is recorded."""
-    values = [rec["certified"] for section in ("arrays", "intermediates") for rec in entry.get(section, {}).values()
-              if "certified" in rec]
+    values = [rec["certified"] for rec in array_records(entry).values() if "certified" in rec]
     return f"{max(values):.1e}" if values else "-"
 
 
@@ -508,10 +505,15 @@ def _holds(path: Path, arrays: Mapping[str, np.ndarray], entry: Mapping | None) 
             and sha256_file(path) == entry["files"][path.name])
 
 
+def array_records(entry: Mapping) -> dict[str, dict]:
+    """name → the record (the manifest's own object) of every expected array and intermediate of a manifest
+    case entry."""
+    return {**entry["arrays"], **entry.get("intermediates", {})}
+
+
 def tolerances_of(entry: Mapping) -> dict[str, dict]:
     """name → tolerance dict of a manifest case entry (expected arrays and intermediates)."""
-    recorded = {**entry["arrays"], **entry.get("intermediates", {})}
-    return {n: _tolerance_part(a) for n, a in recorded.items()}
+    return {n: _tolerance_part(a) for n, a in array_records(entry).items()}
 
 
 # --- computing a case --------------------------------------------------------------------------
@@ -718,7 +720,7 @@ def regen(root: str | os.PathLike | None, case: str, force: bool = False, backen
     tols = default_tolerances(entry["model"], entry["kind"], inputs, {**new, **extra}, outputs=new, backend=backend)
     values = {**new, **extra}
     kept = {n: kept_fields(rec, values[n], check_tolerance(f"tolerance of '{n}'", tols[n]))
-            for n, rec in {**entry["arrays"], **entry.get("intermediates", {})}.items() if n in values}
+            for n, rec in array_records(entry).items() if n in values}
     fresh = case_entry(entry["model"], entry["kind"], entry["description"], entry["config"], entry["seed"],
                        inputs, new, tols, extra, kept)
     write_case(root, case, fresh, None, new, manifest, extra)
@@ -822,7 +824,7 @@ def _print_results(results: list[CaseResult], manifest: Mapping, verbose: bool, 
                 print(r.report)
             if verbose and r.bits:
                 entry = manifest["cases"][r.case]
-                records = {**entry["arrays"], **entry.get("intermediates", {})}
+                records = array_records(entry)
                 print(tabulate([(b.name, "yes" if b.promised else "no", ulp_text(b.ulp),
                                  f"{records[b.name]['certified']:.1e}" if "certified" in records.get(b.name, {})
                                  else "-") for b in r.bits],
