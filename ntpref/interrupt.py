@@ -135,20 +135,32 @@ def _unraisable(hook):
     return unraisable
 
 
+def _excepthook(hook):
+    """A ``sys.excepthook`` that prints nothing for an :class:`Interrupted`: C code that prints an exception
+    and goes on (NumPy's ``import_array``, run by an extension module as it loads, prints what stopped the
+    import and raises an ImportError instead) would show a traceback. The signal is recorded
+    (:func:`received`), so the command still ends with its one line. Anything else goes to ``hook``."""
+    def excepthook(kind, value, tb):
+        if not isinstance(value, Interrupted):
+            hook(kind, value, tb)
+    return excepthook
+
+
 class handling:
     """``with handling():`` a signal of SIGNALS raises :class:`Interrupted` within the block; the previous
-    handlers (and ``sys.unraisablehook``) come back afterwards."""
+    handlers (and ``sys.unraisablehook``, ``sys.excepthook``) come back afterwards."""
 
     def __enter__(self):
         self.previous = _install()
         self.hook, self.alarm = sys.unraisablehook, signal.getsignal(signal.SIGALRM)
-        sys.unraisablehook = _unraisable(self.hook)
+        self.excepthook = sys.excepthook
+        sys.unraisablehook, sys.excepthook = _unraisable(self.hook), _excepthook(self.excepthook)
         _state.update(unwind=bool(self.previous), activity="", reported=False, received=None)
         return self
 
     def __exit__(self, *exc_info):
         _state.update(unwind=False, received=None)
-        sys.unraisablehook = self.hook
+        sys.unraisablehook, sys.excepthook = self.hook, self.excepthook
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, self.alarm if self.alarm is not None else signal.SIG_DFL)
         for signum, old in self.previous.items():

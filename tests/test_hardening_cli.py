@@ -527,6 +527,27 @@ def test_a_signal_inside_a_callback_from_c_still_unwinds(capsys):
     assert sys.unraisablehook is hook and signal.getsignal(signal.SIGTERM) is term   # both given back
 
 
+def test_a_signal_that_c_code_prints_shows_no_traceback(capsys):
+    """C code that prints an exception and goes on (PyErr_Print, which calls sys.excepthook: NumPy's
+    import_array does it when an import is interrupted, then raises an ImportError) prints nothing for the
+    signal; the signal is recorded. Anything else is still printed."""
+    from ntpref import interrupt
+
+    hooks = sys.excepthook, sys.unraisablehook
+    with interrupt.handling():
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+            for _ in range(10_000_000):   # the handler raises here
+                pass
+        except interrupt.Interrupted as exc:
+            sys.excepthook(type(exc), exc, exc.__traceback__)
+        assert interrupt.received() == signal.SIGTERM
+        other = ValueError("other")
+        sys.excepthook(ValueError, other, None)
+    assert capsys.readouterr().err == "ValueError: other\n"
+    assert (sys.excepthook, sys.unraisablehook) == hooks   # given back
+
+
 def test_every_help_text_is_plain_text():
     """The help of ntpref and of each sub-command is plain text: no reStructuredText markup of the
     docstrings it may come from (double backticks, :func: roles)."""

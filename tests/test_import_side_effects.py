@@ -10,7 +10,8 @@ import json, os, signal, sys
 names = [n for n in ("SIGINT", "SIGTERM", "SIGHUP", "SIGALRM", "SIGPIPE") if hasattr(signal, n)]
 def state():
     return {"env": dict(os.environ), "signals": {n: repr(signal.getsignal(getattr(signal, n))) for n in names},
-            "unraisablehook": repr(sys.unraisablehook)}
+            "unraisablehook": repr(sys.unraisablehook),
+            "excepthook": repr(sys.excepthook)}
 before = state()
 import ntpref, ntpref.twostage, ntpref.shallow, ntpref.shallow.indrnn, ntpref.oracle.contract, ntpref.reproduce
 after_import = state()
