@@ -110,12 +110,6 @@ def perturbed(case: Case, array: str, k: int) -> dict:
     return {FUNCTIONS[case.kind]: lambda model, inputs: {**expected, array: wrong}}
 
 
-def float64_policy(precision: str, policy: str | None) -> str | None:
-    """The policy :func:`check` takes at ``precision`` for the float64 ``policy`` of a sweep (float32 mode has
-    its envelope only)."""
-    return policy if precision == "float64" else None
-
-
 def perturbation_sweep(selected: Iterable[Case], precisions: Sequence[str] = PRECISIONS,
                        exponents: Sequence[int] = EXPONENTS, arrays: Sequence[str] | None = None,
                        policy: str | None = None) -> list[dict]:
@@ -123,8 +117,8 @@ def perturbation_sweep(selected: Iterable[Case], precisions: Sequence[str] = PRE
     entry, so that a relative perturbation moves it), ``caught`` (the exponents k whose perturbation
     fails the case), ``k_star`` (the largest k caught: 10^-k_star is the smallest perturbation caught;
     None when none is) and ``named`` (the exponents caught whose departure names the perturbed
-    array). ``arrays``: only these outputs (default all); ``policy``: the float64 policy (default
-    calibrated)."""
+    array). ``arrays``: only these outputs (default all); ``policy``: the tolerance policy of both
+    precisions (default calibrated)."""
     records = []
     for case in selected:
         for precision in precisions:
@@ -134,7 +128,7 @@ def perturbation_sweep(selected: Iterable[Case], precisions: Sequence[str] = PRE
                 record = {"case": case.id, "model": case.model, "kind": case.kind, "array": array,
                           "precision": precision, "visible": bool(np.any(value != 0)), "caught": [], "named": []}
                 for k in exponents if record["visible"] else ():
-                    report = check(perturbed(case, array, k), case, precision, float64_policy(precision, policy))
+                    report = check(perturbed(case, array, k), case, precision, policy)
                     if not report.ok:
                         record["caught"].append(k)
                         if report.departure[0] == array:
@@ -221,14 +215,13 @@ def _outputs_of(adapter: dict, last: dict, case: Case) -> dict:
 # --- correct family --------------------------------------------------------------------------------
 def family_sweep(members: Iterable[Member], selected: Sequence[Case], policy: str | None = None) -> list[dict]:
     """One record per (member, case of its models): ``status`` and, per array, ``ratio`` (err/tol, the
-    largest error as a multiple of its tolerance, float64 members under ``policy``) and ``ok``."""
+    largest error as a multiple of its tolerance, under ``policy`` at the member's precision) and ``ok``."""
     records = []
     for member in members:
         for case in selected:
             if case.model not in member.models:
                 continue
-            report: CaseReport = check(member.adapter, case, member.precision,
-                                       float64_policy(member.precision, policy))
+            report: CaseReport = check(member.adapter, case, member.precision, policy)
             records.append({"member": member.name, "precision": member.precision, "case": case.id,
                             "model": case.model, "status": report.status,
                             "rows": [{"array": r.name, "ratio": r.ratio, "ok": r.ok} for r in report.rows]})

@@ -98,7 +98,7 @@ def test_symmetry_moved_numpy_backend_passes(selected):
                 "family": records, "seconds": {}, "cases": [c.id for c in selected], "stored": True, "random": 3,
                 "seed": 0, "policy": "calibrated"}
     text = bm.mutations.markdown(document)
-    assert text.startswith("Float64 policy: calibrated.")
+    assert text.startswith("Policy: calibrated.")
     row = next(line for line in text.splitlines() if line.startswith("| grad_W "))
     assert [cell.strip() for cell in row.split("|")[1:4]] == ["grad_W", "1", "1e-04"]
     named = re.search(r"Departure of the caught perturbations: the perturbed array named in (\d+) of (\d+)\.", text)

@@ -26,6 +26,20 @@ from which float64 no longer determines the run (its ``head``), and any array wh
 would exceed the running error bound somewhere, except a log where it does so on its first steps only (a
 log that starts at an exact 0, whose bound there is all but 0): that log keeps the running bound on those
 steps, as the calibrated tolerance's ``head``, and is calibrated after them.
+
+The calibrated float32 tolerance (docs/conformance.md, "float32 mode") of an array that float64 calibrates
+scales the rounding error measured in float64 to float32 rounding and adds the response to the rounding of
+the inputs, which a float32 program starts from (the float32 envelope's first measured term,
+:mod:`ntpref.oracle.envelope`):
+
+    FLOAT32_MULTIPLE · (TO_FLOAT32 · max(e, FLOOR · u · max|Q|) + |q(fl32(inputs)) − q|)
+
+(TO_FLOAT32 = u32 / u = 2²⁹; the first term is the calibrated float64 tolerance over MULTIPLE; along a
+per-step log both terms are lines in t). It assumes that float32
+rounding acts on the problem as float64's does, u32 / u times larger: a response linear in the rounding,
+measured (``python -m benchmarks.mutations``), not proven. The other arrays keep the envelope, and so does
+an array where this would exceed the envelope somewhere (a log that does so on its first steps only keeps
+the envelope there, as its head).
 """
 from __future__ import annotations
 
@@ -36,13 +50,17 @@ import numpy as np
 from ..models import spec_named
 from ..rounding import U
 from .compare import check_tolerance, element_bounds
-from .envelope import line_above
+from .envelope import U32, line_above
 from .exactness import differences
 
-#: Tolerance = MULTIPLE × the measured rounding error.
+#: Tolerance = MULTIPLE × the measured rounding error (float64).
 MULTIPLE = 16.0
+#: MULTIPLE's counterpart in float32 (the calibrated float32 tolerance).
+FLOAT32_MULTIPLE = 12.0
 #: The smallest rounding error assumed, in units of u · max|Q|.
 FLOOR = 4.0
+#: float32's unit roundoff over float64's (2^29): what scales a float64 rounding error to float32.
+TO_FLOAT32 = U32 / U
 #: The bounds of a tolerance's ``head`` (:mod:`ntpref.oracle.compare`): on its rows, the running bound's.
 HEAD_KEYS = ("rtol", "atol", "atol_max_scale", "atol_per_step")
 
@@ -51,16 +69,15 @@ def calibrated_tolerance(diff: np.ndarray, exact: np.ndarray, trajectory: bool) 
     """The calibrated tolerance (module docstring) of one array from ``diff`` = |Q̂ − Q| and ``exact`` = Q
     rounded to float64 (same shape); ``trajectory``: a per-step log whose axis 0 is the step."""
     floor = FLOOR * U * float(np.abs(exact).max(initial=0.0))
+    first, per_step = _line(np.maximum(diff, floor), trajectory)
+    atol, per_step = MULTIPLE * first, MULTIPLE * per_step
     if trajectory and exact.ndim >= 1 and exact.shape[0] >= 2:
-        per_row = np.maximum(diff.reshape(exact.shape[0], -1).max(axis=1), floor)
-        atol, per_step = line_above(MULTIPLE * np.maximum.accumulate(per_row))
         return {"rtol": 0.0, "atol": atol, "atol_per_step": per_step,
                 "reason": f"calibrated: {MULTIPLE:g} x max(the oracle's error against exact arithmetic up to "
                           f"step t, {FLOOR:g}u·max|Q| {floor:.2g}) = {atol:.2g} + {per_step:.2g}·t"}
-    err = float(diff.max(initial=0.0))
-    return {"rtol": 0.0, "atol": MULTIPLE * max(err, floor),
-            "reason": f"calibrated: {MULTIPLE:g} x max(the oracle's error against exact arithmetic {err:.2g}, "
-                      f"{FLOOR:g}u·max|Q| {floor:.2g})"}
+    return {"rtol": 0.0, "atol": atol,
+            "reason": f"calibrated: {MULTIPLE:g} x max(the oracle's error against exact arithmetic "
+                      f"{float(diff.max(initial=0.0)):.2g}, {FLOOR:g}u·max|Q| {floor:.2g})"}
 
 
 def calibrated_tolerances(model: str, kind: str, expected: Mapping[str, np.ndarray],
@@ -72,25 +89,64 @@ def calibrated_tolerances(model: str, kind: str, expected: Mapping[str, np.ndarr
     spec = spec_named(model)
     out = {}
     for name, value in expected.items():
-        kept = check_tolerance(f"tolerance of '{name}'", bound[name])
-        out[name] = kept
-        if name in spec.diagnostics or name not in exact_values or "head" in kept:
+        out[name] = check_tolerance(f"tolerance of '{name}'", bound[name])
+        if name in spec.diagnostics or name not in exact_values or "head" in out[name]:
             continue
         diff, exact = differences(value, exact_values[name])
-        if not np.any(exact):
+        if np.any(exact):
+            trajectory = kind == "train" and name in spec.trajectories
+            out[name] = _within(value, calibrated_tolerance(diff, exact, trajectory), out[name], trajectory,
+                                "the running error bound")
+    return out
+
+
+def float32_tolerances(model: str, kind: str, expected: Mapping[str, np.ndarray], calibrated: Mapping[str, Mapping],
+                       bound: Mapping[str, Mapping], envelope: Mapping[str, Mapping],
+                       rounded: Mapping[str, np.ndarray]) -> dict[str, dict]:
+    """name → the calibrated float32 tolerance (module docstring) of every array of ``expected`` (the oracle's
+    float64 outputs of a ``model`` run of ``kind``), from its calibrated float64 tolerance (``calibrated``),
+    the running error bound (``bound``), the float32 envelope's tolerance (``envelope``,
+    :func:`ntpref.oracle.envelope.float32_tolerances`) and ``rounded`` = |q(fl32(inputs)) − q| (elementwise,
+    :func:`ntpref.oracle.envelope.measured`): TO_FLOAT32 × the float64 tolerance + MULTIPLE × the response to
+    the rounded inputs where float64 is calibrated, the envelope elsewhere."""
+    spec = spec_named(model)
+    out = {}
+    for name, value in expected.items():
+        out[name] = check_tolerance(f"tolerance of '{name}'", envelope[name])
+        own = check_tolerance(name, calibrated[name])
+        if own == check_tolerance(name, bound[name]):      # float64 keeps its bound: no calibration
             continue
         trajectory = kind == "train" and name in spec.trajectories
-        tol = calibrated_tolerance(diff, exact, trajectory)
-        reference = np.asarray(value, dtype=np.float64)
-        with np.errstate(all="ignore"):
-            looser = element_bounds(reference, check_tolerance(name, tol)) > element_bounds(reference, kept)
-        if trajectory and looser.ndim >= 1:
-            rows = np.flatnonzero(looser.reshape(looser.shape[0], -1).any(axis=1))
-            if rows.size and rows[-1] + 1 < looser.shape[0]:      # looser on the first steps only
-                n = int(rows[-1]) + 1
-                tol = {**tol, "head": {"n": n, **{k: kept[k] for k in HEAD_KEYS}},
-                       "reason": f"{tol['reason']}; the running error bound on steps 0..{n - 1}"}
-                looser = np.zeros_like(looser)
-        if not looser.any():
-            out[name] = tol
+        first, per_step = _line(np.asarray(rounded[name], dtype=np.float64), trajectory)
+        scale = TO_FLOAT32 * FLOAT32_MULTIPLE / MULTIPLE
+        tol = {"rtol": 0.0, "atol": scale * own["atol"] + FLOAT32_MULTIPLE * first,
+               "atol_per_step": scale * own["atol_per_step"] + FLOAT32_MULTIPLE * per_step,
+               "reason": f"calibrated float32: {FLOAT32_MULTIPLE:g} x (2^29 x the float64 rounding error "
+                         f"{own['atol'] / MULTIPLE:.2g} + the response to the inputs rounded to float32 "
+                         f"{first:.2g})" + (" along the log" if per_step or own["atol_per_step"] else "")}
+        out[name] = _within(value, tol, out[name], trajectory, "the float32 envelope")
     return out
+
+
+def _line(err: np.ndarray, trajectory: bool) -> tuple[float, float]:
+    """(atol, atol_per_step) above ``err``: its largest entry, or along a per-step log (axis 0 the step) the
+    straight line through its first row above the running maximum of its rows."""
+    if trajectory and err.ndim >= 1 and err.shape[0] >= 2:
+        return line_above(np.maximum.accumulate(err.reshape(err.shape[0], -1).max(axis=1)))
+    return float(err.max(initial=0.0)), 0.0
+
+
+def _within(value: np.ndarray, tol: dict, kept: dict, trajectory: bool, what: str) -> dict:
+    """``tol`` where it is nowhere looser than ``kept`` (validated tolerances of the array ``value``); a log
+    looser on its first steps only gets ``kept`` there as its head; otherwise ``kept``. ``what`` names ``kept``
+    in the reason."""
+    reference = np.asarray(value, dtype=np.float64)
+    with np.errstate(all="ignore"):
+        looser = element_bounds(reference, check_tolerance("calibrated", tol)) > element_bounds(reference, kept)
+    if trajectory and looser.ndim >= 1:
+        rows = np.flatnonzero(looser.reshape(looser.shape[0], -1).any(axis=1))
+        if rows.size and rows[-1] + 1 < looser.shape[0]:      # looser on the first steps only
+            n = int(rows[-1]) + 1
+            return {**tol, "head": {"n": n, **{k: kept[k] for k in HEAD_KEYS}},
+                    "reason": f"{tol['reason']}; {what} on steps 0..{n - 1}"}
+    return kept if looser.any() else tol

@@ -2,14 +2,14 @@
 
 A :class:`Case` is one ``ntpref eval`` or ``ntpref train`` input of one model. Its expected outputs
 are the stored ``expected.npz`` (stored cases, checked against the manifest's hashes) or the
-oracle's outputs computed on the spot (random cases); its tolerances are those of a float64 policy (the
-calibrated one, :mod:`ntpref.oracle.calibrated`, by default; or the running error bound,
-:func:`ntpref.oracle.tolerance.default_tolerances`) or of the float32 envelope
+oracle's outputs computed on the spot (random cases); its tolerances are those of a policy at a precision:
+the calibrated ones (:mod:`ntpref.oracle.calibrated`, float64 and float32) by default, or the running error
+bound (float64, :func:`ntpref.oracle.tolerance.default_tolerances`) and the float32 envelope
 (:func:`ntpref.oracle.envelope.float32_tolerances`). Everything is computed on first use and kept.
 
 The float64 tolerances of a stored case are those recorded in its manifest, the running bound's and, once
 ``ntpref certify --record`` has measured them, the calibrated ones; a random case's calibrated tolerances
-take one run of the exact backend.
+take one run of the exact backend. The float32 ones take four runs of the oracle (the envelope's).
 Random cases are small (a few sentences or samples, at most 40 steps) and drawn from
 ``np.random.default_rng([seed, model index, j])`` (the model's index in the registry,
 :mod:`ntpref.models`), so case ``j`` of a model is the same whatever ``n`` and whichever models are
@@ -32,9 +32,11 @@ from ..models import NAMES, SPECS, check_models
 
 KINDS = ("eval", "train")
 PRECISIONS = ("float64", "float32")
-#: The float64 tolerance policies: the running error bound (docs/tolerance.md) and the calibrated one.
+#: The tolerance policies: "bound", the running error bound in float64 (docs/tolerance.md) and the float32
+#: envelope in float32 (:mod:`ntpref.oracle.envelope`); "calibrated", the calibrated tolerances of either
+#: precision (:mod:`ntpref.oracle.calibrated`).
 POLICIES = ("bound", "calibrated")
-#: The float64 policy of a check that names none.
+#: The policy of a check that names none.
 DEFAULT_POLICY = "calibrated"
 #: Random cases per model when not given: enough for every regime of every model.
 DEFAULT_RANDOM = max(len(spec.regimes) for spec in SPECS.values())
@@ -43,16 +45,14 @@ TRAJECTORIES = frozenset(name for spec in SPECS.values() for name in spec.trajec
 
 
 def check_policy(precision: str, policy: str | None = None) -> str:
-    """The float64 policy ``policy`` stands for at ``precision`` (one of :data:`PRECISIONS`): None is the
-    default, "calibrated" in float64 and "bound" (the float32 envelope, for which no calibration exists) in
-    float32. InputError for another precision, a policy not in :data:`POLICIES` or "calibrated" in float32."""
+    """The tolerance policy ``policy`` stands for at ``precision`` (one of :data:`PRECISIONS`): None is the
+    default, :data:`DEFAULT_POLICY`. InputError for another precision or a policy not in :data:`POLICIES`."""
     if precision not in PRECISIONS:
         raise InputError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
     if policy is None:
-        return DEFAULT_POLICY if precision == "float64" else "bound"
-    if policy not in POLICIES or (policy != "bound" and precision != "float64"):
-        raise InputError(f"policy must be one of {', '.join(POLICIES)} (calibrated for float64 only), got "
-                         f"{policy!r} with precision {precision}")
+        return DEFAULT_POLICY
+    if policy not in POLICIES:
+        raise InputError(f"policy must be one of {', '.join(POLICIES)}, got {policy!r}")
     return policy
 
 
@@ -68,9 +68,11 @@ class Case:
                  calibrated: dict[str, dict] | None = None):
         self.id, self.model, self.kind, self.source, self.description = id, model, kind, source, description
         self._load = load
-        self._tolerances: dict[str, dict] = {} if recorded is None else {"float64": recorded}
+        self._tolerances: dict[tuple[str, str], dict] = {}     # (precision, policy) → tolerances
+        if recorded is not None:
+            self._tolerances[("float64", "bound")] = recorded
         if calibrated is not None:
-            self._tolerances["calibrated"] = calibrated
+            self._tolerances[("float64", "calibrated")] = calibrated
 
     def __repr__(self) -> str:
         return f"Case({self.id!r})"
@@ -94,36 +96,52 @@ class Case:
         return stored if stored is not None else oracle_outputs(self.kind, self.inputs)
 
     def tolerances(self, precision: str = "float64", policy: str | None = None) -> dict[str, dict]:
-        """name → tolerance of every expected array: in float64 those of ``policy`` (:func:`check_policy`:
-        "calibrated" by default, :mod:`ntpref.oracle.calibrated`, recorded with a stored case or measured by
-        one run of the exact backend; "bound", the running error bound), in float32 the float32 envelope."""
-        key = precision if check_policy(precision, policy) == "bound" else "calibrated"
+        """name → tolerance of every expected array under ``policy`` at ``precision`` (:func:`check_policy`):
+        "calibrated" (the default, :mod:`ntpref.oracle.calibrated`), in float64 recorded with a stored case or
+        measured by one run of the exact backend, in float32 scaled from float64's; "bound", the running error
+        bound in float64 and the float32 envelope in float32."""
+        key = (precision, check_policy(precision, policy))
         if key not in self._tolerances:
-            if key == "calibrated":
+            if key == ("float64", "calibrated"):
                 from .exactness import exact_backend
 
                 self.calibrate(exact_backend().compute(self.kind, self.inputs, as_float=False))
-            elif precision == "float64":
+            elif key == ("float64", "bound"):
                 from .tolerance import default_tolerances
 
                 outputs = self.expected if self.source == "random" else None   # computed by the oracle here
                 self._tolerances[key] = default_tolerances(self.model, self.kind, self.inputs, self.expected,
                                                            outputs=outputs)
-            else:
+            elif key == ("float32", "bound"):
                 from .envelope import float32_tolerances
 
-                self._tolerances[key] = float32_tolerances(self.kind, self.inputs, self.expected)
+                self._tolerances[key] = float32_tolerances(self.kind, self.inputs, self.expected, self._float32_terms)
+            else:
+                from .calibrated import float32_tolerances
+
+                self._tolerances[key] = float32_tolerances(
+                    self.model, self.kind, self.expected, self.tolerances("float64", "calibrated"),
+                    self.tolerances("float64", "bound"), self.tolerances("float32", "bound"), self._float32_terms[0])
         return self._tolerances[key]
 
+    @cached_property
+    def _float32_terms(self) -> tuple[dict, dict]:
+        """The float32 envelope's measured terms (:func:`ntpref.oracle.envelope.measured`)."""
+        from .contract import model_of
+        from .envelope import measured
+
+        return measured(model_of(self.inputs), self.kind, self.inputs, self.expected)
+
     def calibrate(self, exact_values: dict[str, np.ndarray]) -> dict[str, dict]:
-        """The calibrated tolerances (:func:`ntpref.oracle.calibrated.calibrated_tolerances`) from
+        """The calibrated float64 tolerances (:func:`ntpref.oracle.calibrated.calibrated_tolerances`) from
         ``exact_values``, the exact backend's outputs (object arrays of mpf) of this case's input, kept as the
         case's; returned."""
         from .calibrated import calibrated_tolerances
 
-        self._tolerances["calibrated"] = calibrated_tolerances(self.model, self.kind, self.expected, exact_values,
-                                                               self.tolerances("float64", "bound"))
-        return self._tolerances["calibrated"]
+        key = ("float64", "calibrated")
+        self._tolerances[key] = calibrated_tolerances(self.model, self.kind, self.expected, exact_values,
+                                                      self.tolerances("float64", "bound"))
+        return self._tolerances[key]
 
 
 # --- stored cases -----------------------------------------------------------------------------------

@@ -8,9 +8,10 @@ An **adapter** is a Python file (or module, object or dict) that defines one or 
 ``model`` is a model of the registry (:mod:`ntpref.models`: "twostage", "shallow", "indrnn"); ``inputs`` are the arrays of an ``ntpref eval`` /
 ``ntpref train`` input (docs/contract.md) without ``model``, copies the adapter may keep or modify.
 Every case of :mod:`ntpref.oracle.cases` is run through the function of its kind and the returned
-arrays are compared with the oracle's outputs under a float64 policy (docs/tolerance.md: the calibrated
-tolerances by default, the running error bound with ``policy="bound"``) or, with ``precision="float32"``,
-the float32 envelope (:mod:`ntpref.oracle.envelope`):
+arrays are compared with the oracle's outputs under a tolerance policy at a precision: in float64
+(docs/tolerance.md) the calibrated tolerances by default, the running error bound with ``policy="bound"``;
+with ``precision="float32"`` (docs/conformance.md, float32 mode) the calibrated float32 tolerances by
+default, the float32 envelope (:mod:`ntpref.oracle.envelope`) with ``policy="bound"``:
 
 * an array the oracle does not output fails (a misspelt name is never ignored); an output the
   adapter does not return is listed in its case, not failed; a case whose outputs the adapter returns
@@ -74,6 +75,7 @@ from ..shipped import ADAPTERS, adapter_path
 from ..npzio import BUDGET_VARIABLE, MAX_MEMBERS, load_npy, load_npz, memory_budget, save_npz
 from .cases import DEFAULT_RANDOM, KINDS, POLICIES, PRECISIONS, TRAJECTORIES, Case, cases, check_policy
 from .compare import Row, check_tolerance, compare_arrays, compare_one, element_bounds
+from .envelope import MULTIPLE as ENVELOPE_MULTIPLE
 
 __all__ = ["Adapter", "AdapterError", "CaseError", "CaseReport", "CommandAdapter", "NOT_IMPLEMENTED", "OPTIONAL",
            "RunReport", "cases", "check", "load_adapter", "run"]
@@ -392,16 +394,19 @@ def _quoting(message: str, tail: list[str]) -> str:
 
 
 # --- one case -----------------------------------------------------------------------------------------
-#: An array whose tolerance admits an error of this fraction of its largest entry, or more, is checked only
-#: coarsely on that case, and the report says so (:func:`coarse_arrays`).
-COARSE = 1e-2
+#: precision → an array whose tolerance admits an error of this fraction of its largest entry, or more, is
+#: checked only coarsely on that case, and the report says so (:func:`coarse_arrays`). In float32 it is the
+#: relative error whose detection docs/tolerance.md measures: a relative 1e-4 in such an array may pass.
+COARSE = {"float64": 1e-2, "float32": 1e-4}
 
 
-def coarse_arrays(expected: Mapping[str, np.ndarray], tols: Mapping[str, Mapping]) -> dict[str, float]:
+def coarse_arrays(expected: Mapping[str, np.ndarray], tols: Mapping[str, Mapping],
+                  precision: str = "float64") -> dict[str, float]:
     """name → max_k bound_k / max|expected| for the float arrays whose tolerance admits an error of at
-    least :data:`COARSE` of their largest entry (bound_k of :func:`ntpref.oracle.compare.element_bounds`):
-    where the arithmetic of the precision cannot resolve the array (float32 in a cancelling regime), a pass
-    says little about it. Arrays that are 0 everywhere are left out."""
+    least :data:`COARSE` ``[precision]`` of their largest entry (bound_k of
+    :func:`ntpref.oracle.compare.element_bounds`): where the arithmetic of the precision cannot resolve the
+    array (float32 in a cancelling regime), a pass says little about it. Arrays that are 0 everywhere are
+    left out."""
     out = {}
     for name, tol in tols.items():
         e = np.asarray(expected.get(name))
@@ -411,7 +416,7 @@ def coarse_arrays(expected: Mapping[str, np.ndarray], tols: Mapping[str, Mapping
         if scale > 0 and np.isfinite(scale):
             with np.errstate(over="ignore", invalid="ignore"):
                 widest = float(np.max(element_bounds(e, check_tolerance(name, tol)))) / scale
-            if widest >= COARSE:
+            if widest >= COARSE[precision]:
                 out[name] = widest
     return out
 
@@ -441,14 +446,6 @@ class CaseReport:
     def status(self) -> str:
         return "skip" if self.skipped is not None else "pass" if self.ok else "FAIL"
 
-    def ratio(self, row: Row) -> float | None:
-        """err / tol, or in float32 mode err / envelope (= MULTIPLE · err / tol)."""
-        if row.ratio is None or self.precision == "float64":
-            return row.ratio
-        from .envelope import MULTIPLE
-
-        return MULTIPLE * row.ratio
-
     def table_rows(self, verbose: bool = True) -> list[tuple]:
         """(case, array, max abs err, max rel err, tolerance, err/tol, verdict) of every array (failures
         only unless ``verbose``), then one row per unknown name."""
@@ -456,7 +453,7 @@ class CaseReport:
         for r in self.rows:
             if verbose or not r.ok:
                 out.append((self.case.id, r.name, _fmt(r.max_abs_err), _fmt(r.max_rel_err), r.tolerance,
-                            _fmt(self.ratio(r), ".1e"), ("ok" if r.ok else "FAIL") + (f" ({r.note})" if r.note else "")))
+                            _fmt(r.ratio, ".1e"), ("ok" if r.ok else "FAIL") + (f" ({r.note})" if r.note else "")))
         out += [(self.case.id, n, "-", "-", "-", "-", f"FAIL (not an output of ntpref {self.case.kind})")
                 for n in self.unknown]
         return out
@@ -483,13 +480,12 @@ class CaseReport:
         if self.not_returned:
             text += f"; not returned: {', '.join(self.not_returned)}"
         if self.coarse:
-            bound = "float32 envelope" if self.precision == "float32" else "float64 tolerance"
-            text += (f"; checked only coarsely (the {bound} admits errors up to this fraction of the array's "
+            text += (f"; checked only coarsely (the {self.precision} tolerance admits errors up to this fraction of the array's "
                      f"largest entry): " + ", ".join(f"{n} {r:.1g}" for n, r in self.coarse.items()))
         return text
 
     def table(self, verbose: bool = True) -> str:
-        return _table(self.table_rows(verbose), self.precision)
+        return _table(self.table_rows(verbose))
 
     def __str__(self) -> str:
         return f"{self.table()}\n{self.summary()}"
@@ -500,7 +496,7 @@ class CaseReport:
         """JSON-ready form of the report."""
         rows = [{"array": r.name, "shape": list(r.shape), "max_abs_err": _number(r.max_abs_err),
                  "max_rel_err": _number(r.max_rel_err), "tolerance": r.tolerance,
-                 _ratio_name(self.precision): _number(self.ratio(r)), "ok": r.ok, "note": r.note} for r in self.rows]
+                 "err/tol": _number(r.ratio), "ok": r.ok, "note": r.note} for r in self.rows]
         return {"case": self.case.id, "model": self.case.model, "kind": self.case.kind, "source": self.case.source,
                 "description": self.case.description, "status": self.status, "skipped": self.skipped,
                 "error": self.error,
@@ -518,14 +514,10 @@ def _fmt(x, spec: str = ".3e") -> str:
     return "-" if x is None else format(x, spec)
 
 
-def _ratio_name(precision: str) -> str:
-    return "err/tol" if precision == "float64" else "err/env"
-
-
-def _table(rows: list[tuple], precision: str) -> str:
+def _table(rows: list[tuple]) -> str:
     from tabulate import tabulate
 
-    headers = ("case", "array", "max abs err", "max rel err", "tolerance", _ratio_name(precision), "verdict")
+    headers = ("case", "array", "max abs err", "max rel err", "tolerance", "err/tol", "verdict")
     return tabulate(rows, headers=headers, disable_numparse=True) if rows else "(no rows)"
 
 
@@ -580,27 +572,35 @@ def _departure(case: Case, rows: list[Row], expected: Mapping, actual: Mapping,
     return first
 
 
-def _against_bound(case: Case, rows: list[Row], expected: Mapping, actual: Mapping, tols: Mapping) -> list[Row]:
+#: What the "bound" policy is at each precision, as the note of a failing calibrated array names it.
+BOUNDS = {"float64": ("err/bound", "the guaranteed bound"),
+          "float32": (f"err/({ENVELOPE_MULTIPLE:g} envelopes)", "the float32 envelope's tolerance")}
+
+
+def _against_bound(case: Case, precision: str, rows: list[Row], expected: Mapping, actual: Mapping,
+                   tols: Mapping) -> list[Row]:
     """``rows`` with every array that fails a calibrated tolerance annotated with its err/tol under the
-    running error bound, the guaranteed one (docs/tolerance.md): within it, the error is one no analysis
-    rules out for a correct float64 program, however unlikely; beyond it, no correct program makes it."""
-    bound = case.tolerances("float64", "bound")
+    ``precision``'s "bound" policy: in float64 the running error bound, the guaranteed one (docs/tolerance.md):
+    within it, the error is one no analysis rules out for a correct float64 program, however unlikely; beyond
+    it, no correct program makes it. In float32 the envelope, the worst case of float32 rounding it measures."""
+    bound, (label, what) = case.tolerances(precision, "bound"), BOUNDS[precision]
     out = []
     for r in rows:
         if not r.ok and r.ratio is not None and (check_tolerance(r.name, tols[r.name])
                                                  != check_tolerance(r.name, bound[r.name])):   # calibrated
             ratio = compare_one(r.name, expected[r.name], actual[r.name], bound[r.name]).ratio
             verdict = "within" if ratio <= 1 else "beyond"
-            r = r._replace(note=f"{r.note}; err/bound {ratio:.1e}: {verdict} the guaranteed bound")
+            r = r._replace(note=f"{r.note}; {label} {ratio:.1e}: {verdict} {what}")
         out.append(r)
     return out
 
 
 def check(adapter, case: Case, precision: str = "float64", policy: str | None = None) -> CaseReport:
     """Run ``case`` through the adapter (path, module, object or dict; see :func:`load_adapter`) and
-    compare with the oracle under a float64 policy (``policy``: "calibrated", the default, or "bound";
-    :meth:`Case.tolerances`) or, ``precision="float32"``, the float32 envelope. Under the calibrated policy
-    a failing array's note gives its err/tol under the running error bound too (:func:`_against_bound`).
+    compare with the oracle under the tolerance ``policy`` at ``precision`` (:meth:`Case.tolerances`:
+    "calibrated", the default, or "bound", the running error bound in float64 and the envelope in float32).
+    Under the calibrated policy a failing array's note gives its err/tol under "bound" too
+    (:func:`_against_bound`).
 
     Raises AdapterError when the adapter raises anything but a signal's interruption (its exception is
     the ``__cause__``) or returns something other than a dict of arrays; NotImplementedError gives a
@@ -625,13 +625,13 @@ def check(adapter, case: Case, precision: str = "float64", policy: str | None = 
     names = [n for n in expected if n in actual]
     rows = compare_arrays(expected, actual, tols, names=names, labels=LABELS).rows
     if policy == "calibrated":
-        rows = _against_bound(case, rows, expected, actual, tols)
+        rows = _against_bound(case, precision, rows, expected, actual, tols)
     outputs = SPECS[case.model].outputs(case.kind)      # intermediates left out are not "not returned"
     return CaseReport(case, precision, rows=rows, unknown=[n for n in actual if n not in expected],
                       not_returned=[n for n in expected if n not in actual and n in outputs],
                       departure=_departure(case, rows, expected, actual, tols),
                       seconds=time.perf_counter() - start,
-                      coarse={n: r for n, r in coarse_arrays(expected, tols).items() if n in names})
+                      coarse={n: r for n, r in coarse_arrays(expected, tols, precision).items() if n in names})
 
 
 # --- a whole run --------------------------------------------------------------------------------------
@@ -736,9 +736,10 @@ def _handle(args) -> int:
             args.command_line, DEFAULT_TIMEOUT if args.timeout is None else args.timeout))
         defined = [FUNCTIONS[k] for k in FUNCTIONS if adapter.function(k) and args.kind in (None, k)]
         args.policy = check_policy(args.precision, args.policy)     # before the header, not at the first case
-        policy = ("float32 envelope (docs/conformance.md)" if args.precision == "float32" else
-                  "calibrated float64 tolerances (docs/tolerance.md)" if args.policy == "calibrated" else
-                  "float64 running error bound (docs/tolerance.md)")
+        policy = {("float64", "calibrated"): "calibrated float64 tolerances (docs/tolerance.md)",
+                  ("float64", "bound"): "float64 running error bound (docs/tolerance.md)",
+                  ("float32", "calibrated"): "calibrated float32 tolerances (docs/conformance.md)",
+                  ("float32", "bound"): "float32 envelope (docs/conformance.md)"}[args.precision, args.policy]
         print(f"conformance of {adapter.name} ({', '.join(defined)}) under the {policy}; random cases from seed {args.seed}")
         reports = run(adapter, args.model, args.random, args.seed, args.precision, not args.no_stored, args.root,
                       progress=lambda r: print(r.summary(), flush=True), skip_outputs=args.skip_output,
@@ -749,7 +750,7 @@ def _handle(args) -> int:
         raise
     rows = [row for r in reports for row in r.table_rows(args.verbose)]
     if rows:
-        print(_table(rows, args.precision))
+        print(_table(rows))
     line, ok = reports.total(), reports.ok
     if args.precision == "float64" and any("less precise" in r.note for rep in reports for r in rep.rows):
         print("(float32 results cannot meet the float64 policy: judge them with --precision float32)")
@@ -790,12 +791,13 @@ def register(subparsers) -> None:
     p.add_argument("--seed", type=integer_at_least(0), default=0, metavar="S",
                    help="seed of the random cases (default 0)")
     p.add_argument("--precision", choices=PRECISIONS, default="float64",
-                   help="float64: the float64 policy; float32: a multiple of what float32 arithmetic achieves on "
-                        "each input (default float64)")
+                   help="the arithmetic the implementation is judged in (default float64); float32 results are "
+                        "widened to float64 and judged against what float32 arithmetic achieves on each input")
     p.add_argument("--policy", choices=POLICIES,
-                   help="the float64 tolerances: calibrated (the default), 16 times the oracle's own error against "
-                        "exact arithmetic (recorded for the stored cases; one exact run per random case, seconds "
-                        "each); bound, the running error bound every correct float64 program meets")
+                   help="calibrated (the default): 16 times the oracle's own error against exact arithmetic "
+                        "(recorded for the stored cases; one exact run per random case, seconds each), in float32 "
+                        "scaled by 2^29 plus the response to the inputs rounded to float32; bound: the running "
+                        "error bound every correct float64 program meets, in float32 the float32 envelope")
     p.add_argument("--no-stored", action="store_true", help="only the random cases")
     p.add_argument("--root", metavar="DIR", help="reference directory of the stored cases (default: as ntpref verify)")
     p.add_argument("--skip-output", action="append", default=[], metavar="NAME",

@@ -109,13 +109,15 @@ def line_above(values: np.ndarray) -> tuple[float, float]:
 
 
 @np.errstate(all="ignore")   # the user's np.seterr must not change (or break) a bound
-def float32_tolerances(kind: str, inputs: Mapping[str, np.ndarray], expected: Mapping[str, np.ndarray]) -> dict[str, dict]:
+def float32_tolerances(kind: str, inputs: Mapping[str, np.ndarray], expected: Mapping[str, np.ndarray],
+                       terms: tuple | None = None) -> dict[str, dict]:
     """name → tolerance (:mod:`ntpref.oracle.compare` form) = :data:`MULTIPLE` × the float32 envelope of
-    every array of ``expected``, the float64 oracle's outputs for ``inputs`` (module docstring)."""
+    every array of ``expected``, the float64 oracle's outputs for ``inputs`` (module docstring); ``terms``:
+    what :func:`measured` returns for them, if already computed."""
     from .contract import model_of
 
     spec = model_of(inputs)
-    rounded, moved = measured(spec, kind, inputs, expected)
+    rounded, moved = terms if terms is not None else measured(spec, kind, inputs, expected)
     scales = evaluation_scales(spec, kind, inputs, expected)
     out = {}
     for name in expected:
