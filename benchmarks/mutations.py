@@ -16,12 +16,12 @@ cases per model from ``--seed S``, ``ntpref.oracle.cases.cases``) it measures bo
                  every case of their model: caught or not, the departure against the bug's origin
   family         correct implementations: the shipped torch_float64 and jax_float64 adapters, the oracle's
                  NumPy backend on symmetry-moved inputs (benchmarks/symmetries.py) in float64, and
-                 torch_float32 in float32 mode: false failures, and the slack (tolerance / worst error of
+                 torch_float32 and jax_float32 in float32 mode: false failures, and the slack (tolerance / worst error of
                  the family) of every array
 
-Every float64 verdict is that of the ``--policy`` (default calibrated, as ``ntpref conformance``; ``bound``,
-the running error bound); float32 mode has its envelope. It prints the tables (markdown) and writes them
-with ``--markdown``, every record with ``--json``.
+Every verdict is that of the ``--policy`` (default calibrated in float64 and float32, as ``ntpref
+conformance``; ``bound``, the running error bound in float64 and the envelope in float32). It prints the
+tables (markdown) and writes them with ``--markdown``, every record with ``--json``.
 ``--quick``: the random cases only, one per regime (``--random 5``), about a minute; ``--numpy-only``:
 without PyTorch and JAX (no structural bugs, the family without the framework adapters).
 """
@@ -55,22 +55,23 @@ RANDOM, QUICK_RANDOM = 40, 5
 def correct_family(frameworks: bool = True) -> list[Member]:
     """The correct implementations: the oracle's NumPy backend as it is, on each symmetry's moved input
     and on the input moved by all three; with ``frameworks`` the shipped torch_float64, jax_float64
-    (float64) and torch_float32 (float32 mode) adapters."""
+    (float64), torch_float32 and jax_float32 (float32 mode) adapters."""
     moves = [[], *([s] for s in symmetries.SYMMETRIES), list(symmetries.SYMMETRIES)]
     members = [Member("numpy backend" + "".join(f", {s.name} permuted" for s in move), "float64",
                       symmetries.adapter(move), symmetries.applicable(move)) for move in moves]
     if frameworks:
-        from examples.adapters import jax_float64, torch_float32, torch_float64
+        from examples.adapters import jax_float32, jax_float64, torch_float32, torch_float64
 
         members += [Member("torch_float64", "float64", torch_float64, NAMES),
                     Member("jax_float64", "float64", jax_float64, NAMES),
-                    Member("torch_float32", "float32", torch_float32, NAMES)]
+                    Member("torch_float32", "float32", torch_float32, NAMES),
+                    Member("jax_float32", "float32", jax_float32, NAMES)]
     return members
 
 
 def benchmark(random: int, seed: int = 0, stored: bool = True, frameworks: bool = True,
               log=None, policy: str = DEFAULT_POLICY) -> dict:
-    """Run the three sweeps on the cases under the float64 ``policy`` and return the document: the command's
+    """Run the three sweeps on the cases under the tolerance ``policy`` and return the document: the command's
     settings, the case ids, the records of each sweep and its seconds. ``frameworks`` False: NumPy only (no
     structural bugs, the family without the PyTorch and JAX adapters)."""
     selected = cases(random=random, seed=seed, stored=stored)
@@ -278,7 +279,7 @@ def family_table(document: dict) -> str:
 
 def markdown(document: dict) -> str:
     """The tables of the document: arrays, structural bugs, correct family, and the seconds."""
-    parts = [f"Float64 policy: {document['policy']}. Smallest relative perturbation 10^-k caught (k = 2..12, the "
+    parts = [f"Policy: {document['policy']}. Smallest relative perturbation 10^-k caught (k = 2..12, the "
              "oracle's outputs, one array multiplied by 1 + 10^-k ξ, ξ = ±1 per entry), and slack = tolerance / "
              "worst error of the "
              "correct family (median and minimum over the cases):", array_tables(document)]
@@ -311,7 +312,7 @@ def parser() -> argparse.ArgumentParser:
                    f"--quick {QUICK_RANDOM})")
     p.add_argument("--seed", type=int, default=0, metavar="S", help="seed of the random cases (default 0)")
     p.add_argument("--policy", choices=POLICIES, default=DEFAULT_POLICY,
-                   help=f"the float64 tolerances (default {DEFAULT_POLICY}, as ntpref conformance)")
+                   help=f"the tolerances of both precisions (default {DEFAULT_POLICY}, as ntpref conformance)")
     p.add_argument("--json", metavar="OUT.json", help="every record as JSON")
     p.add_argument("--markdown", metavar="OUT.md", help="the tables as markdown")
     p.add_argument("--numpy-only", action="store_true",

@@ -23,7 +23,7 @@ _ROOT = Path(__file__).resolve().parent
 _DIRS = {"docs": "docs", "adapters": "examples/adapters", "reference_runs": "reference_runs"}
 #: The shipped adapters: name → (module file stem, the framework it needs).
 ADAPTERS = {"torch-float64": ("torch_float64", "torch"), "torch-float32": ("torch_float32", "torch"),
-            "jax-float64": ("jax_float64", "jax")}
+            "jax-float64": ("jax_float64", "jax"), "jax-float32": ("jax_float32", "jax")}
 
 
 def shipped_dir(name: str, marker: str) -> Path:

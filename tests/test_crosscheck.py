@@ -2,7 +2,8 @@
 against autograd Jacobians.
 
 torch_float64.py and jax_float64.py must pass every stored and random case under the float64 policy;
-torch_float32.py must pass under --precision float32 and fail without it. Deliberately broken
+torch_float32.py and jax_float32.py must pass under --precision float32, and torch_float32.py fails
+without it. Deliberately broken
 PyTorch implementations must fail with the case and array named: the plain autograd NGD direction
 in the late stage of Algorithm 1, and a 1e-3 gradient error in float32. (NumPy-only broken
 implementations are in tests/test_conformance.py.) Skipped with a reason when the framework is
@@ -25,10 +26,11 @@ from ntpref.oracle.tolerance import default_tolerances
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "examples" / "adapters"
-FRAMEWORK = {"torch_float64": "torch", "torch_float32": "torch", "jax_float64": "jax"}
+FRAMEWORK = {"torch_float64": "torch", "torch_float32": "torch", "jax_float64": "jax", "jax_float32": "jax"}
 #: name → (adapter, extra arguments of ntpref conformance)
 RUNS = {"torch_float64": ("torch_float64", ()), "jax_float64": ("jax_float64", ()),
         "torch_float32": ("torch_float32", ("--precision", "float32")),
+        "jax_float32": ("jax_float32", ("--precision", "float32")),
         "torch_float32_strict": ("torch_float32", ("--model", "shallow", "--random", "2", "--no-stored"))}
 
 
@@ -61,7 +63,7 @@ def runs(tmp_path_factory):
     return results
 
 
-@pytest.mark.parametrize("name", ["torch_float64", "jax_float64", "torch_float32"])
+@pytest.mark.parametrize("name", ["torch_float64", "jax_float64", "torch_float32", "jax_float32"])
 def test_adapter_passes_every_case(name, runs):
     _need(FRAMEWORK[name])
     rc, out, err, report = runs[name]
@@ -69,10 +71,10 @@ def test_adapter_passes_every_case(name, runs):
     ids = [c.id for c in stored_cases()] + [c.id for c in random_cases()]
     assert [c["case"] for c in report["cases"]] == ids
     assert all(c["status"] == "pass" for c in report["cases"]), out
-    assert report["precision"] == ("float32" if name == "torch_float32" else "float64")
+    assert report["precision"] == name[-7:]
     coarse = sum(len(c["coarse"]) for c in report["cases"])   # arrays float32 cannot resolve on a case
     assert out.splitlines()[-1].endswith(f"arrays compared{f', {coarse} of them only coarsely' if coarse else ''}: PASS")
-    assert (coarse > 0) == (name == "torch_float32"), out
+    assert (coarse > 0) == (report["precision"] == "float32"), out
 
 
 def test_float32_adapter_fails_the_float64_policy(runs):

@@ -40,7 +40,7 @@ def test_the_wheel_ships_the_cases_the_docs_and_the_adapters(dist):
     names = set(zipfile.ZipFile(dist[0]).namelist())
     for name in ("ntpref/reference_runs/manifest.json", "ntpref/docs/contract.md", "ntpref/docs/conformance.md",
                  "ntpref/adapters/torch_float64.py", "ntpref/adapters/torch_restatement.py",
-                 "ntpref/adapters/jax_float64.py"):
+                 "ntpref/adapters/jax_float64.py", "ntpref/adapters/jax_float32.py"):
         assert name in names, name
     assert not any("/cells/" in n or n.startswith(("tests/", "benchmarks/", "examples/")) for n in names)
 

@@ -2,6 +2,9 @@
 
     ntpref conformance examples/adapters/jax_float64.py
 
+It computes in the dtype of its input arrays (NumPy float64 from ntpref; jax_float32.py passes them as
+float32) and returns its outputs in that dtype.
+
 Written from docs/twostage.md (§2 Eq. 1 and L0, §4 Algorithm 1 in both directions) and docs/shallow.md
 (§1 the m-head transformer, §3 ProjGD / ProjSGD, §6 the IndRNN), not from ntpref's code; gradients
 from jax.grad / jax.vjp, training loops as jitted lax.scan loops. The same two choices as
@@ -54,7 +57,7 @@ def scaled_output_gradient(z, y):
 # --- twostage (docs/twostage.md §2, §4) ------------------------------------------------------------
 def sentences(inputs) -> dict:
     """X [N, Lmax, d] (row l = e_{τ_l}, padding as token 0), queries q [N, d], mask, targets y; E; E_C, n(C)."""
-    E = jnp.asarray(inputs["E"]) if "E" in inputs else jnp.eye(int(inputs["K"]))
+    E = jnp.asarray(inputs["E"]) if "E" in inputs else jnp.eye(int(inputs["K"]), dtype=np.asarray(inputs["W_ov"]).dtype)
     tokens, lengths = np.asarray(inputs["tokens"]), np.asarray(inputs["lengths"])
     mask = np.arange(tokens.shape[1])[None, :] < lengths[:, None]
     data = {"E": E, "X": E.T[np.where(mask, tokens, 0)], "q": E.T[tokens[np.arange(len(lengths)), lengths - 1]],
@@ -231,7 +234,8 @@ def _shallow_train(X, y, X_val, y_val, theta0, radii, eta, batches, opts, steps,
 
 
 def _np(x) -> np.ndarray:
-    return np.asarray(x, dtype=np.float64).copy()
+    """A NumPy copy of ``x`` in the dtype it was computed in (the inputs' dtype, float64 or float32)."""
+    return np.array(x)
 
 
 def evaluate(model: str, inputs: dict) -> dict:
