@@ -68,7 +68,7 @@ for item in "${plan[@]}"; do
     else
         for n in $(seq 1 "$seeds"); do
             nice -n 19 ntpref reproduce "$target" --full --seeds "$n" --workers "$workers" --out "$scratch" -q >/dev/null
-            commit_cells "$target" "reproduce $target: full-size cells up to seed $n (every cell finished since the last commit)"
+            commit_cells "$target" "reproduce $target: full-size cells, seeds 1..$n complete (and every other cell finished since the last commit)"
         done
     fi
     commit_summary "$target"
