@@ -93,6 +93,24 @@ def test_seeds_must_be_a_positive_count(capsys):
     assert "expected a whole number >= 1, got '0'" in capsys.readouterr().err
 
 
+def test_ratio_interval_is_paired_pools_arrays_and_matches_a_direct_bootstrap():
+    rng = np.random.default_rng(3)
+    seed_factor = np.exp(rng.standard_normal(6))                       # shared by both ends: paired seeds
+    first, last = seed_factor, 3.0 * seed_factor * np.exp(0.01 * rng.standard_normal(6))
+    lo, hi = stats.ratio_interval(first, last)
+    assert 2.9 < lo < hi < 3.1             # the seed factor (spread e^±1) cancels: both ends resample together
+    idx = stats.paired_resamples(6)                                    # the same draws, written out
+    direct = np.percentile(last[idx].mean(axis=1) / first[idx].mean(axis=1), [2.5, 97.5])
+    assert np.allclose((lo, hi), direct, rtol=1e-14, atol=0)
+    # arrays per seed are pooled, NaN left out; the median as the statistic
+    blocks_a = [np.array([1.0, 2.0]), np.array([3.0, np.nan]), np.array([5.0, 6.0])]
+    blocks_b = [2.0 * b for b in blocks_a]
+    assert stats.ratio_interval(blocks_a, blocks_b, np.median) == pytest.approx((2.0, 2.0), rel=1e-15)
+    assert stats.ratio_interval(first[:1], last[:1]) is None           # one seed
+    assert stats.ratio_interval(first, last[:5]) is None               # unpaired ends
+    assert stats.interval_text((1.2345, 6.789)) == " [1.23, 6.79]" and stats.interval_text(None) == ""
+
+
 def test_median_slope_interval_covers_the_power_law_and_shrinks_with_seeds():
     rng = np.random.default_rng(7)
     m = np.array([8, 16, 32, 64, 128, 256])

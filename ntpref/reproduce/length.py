@@ -33,7 +33,8 @@ from ..errors import InputError
 from . import Summary
 from .configs import by_axis, config_text, select_config
 from .plots import loglog_panel, pyplot, save_figure
-from .stats import axis_table, loglog_slope, medians, paired_resamples, slope_text, stats
+from .stats import (axis_table, interval_text, loglog_slope, medians, paired_resamples, ratio_interval, slope_text,
+                    stats)
 from .teacher_student import D, TRAIN_FRACTION, teacher_data, train_student
 
 DESCRIPTION = "sequence length T and sample size n sweeps: raw min loss vs T, width needed vs n, validation loss"
@@ -170,9 +171,11 @@ def _t_sweep(rows, axes, lines: list, numbers: dict) -> None:
         if slope is not None:
             numbers[f"{key}_slope"] = slope
             numbers[f"{key}_ratio"] = float(med[-1] / med[0])
+            interval = ratio_interval(groups[0], groups[-1], np.median)
             lines.append(f"log-log slope of the medians in T: {slope_text(slope, Ts, groups)}; "
                          "median(T_max) / median(T_min) = "
-                         f"{med[-1] / med[0]:.3f}")
+                         f"{med[-1] / med[0]:.3f}" + (f" (95% bootstrap interval{interval_text(interval)})"
+                                                      if interval else ""))
     for ax, ylabel, title in ((axes[0], "loss (MSE)", "raw losses vs T (lead)"),
                               (axes[1], "min$_t$ L(t) / L(0)", "relative loss vs T (control)"),
                               (axes[2], "mean y² over the training set", "teacher output scale vs T")):

@@ -39,7 +39,7 @@ from ..shallow.projgd import model_named
 from . import Summary
 from .configs import by_axis, config_text, select_config
 from .plots import ci_errorbar, pyplot, save_figure
-from .stats import mean_ci, stats
+from .stats import interval_text, mean_ci, ratio_interval, stats
 from .teacher_student import INIT_SEED_OFFSET, TRAIN_FRACTION
 
 DESCRIPTION = "transformer vs IndRNN on AR(L): min validation MSE, gradient-norm block maxima and validation curves"
@@ -127,9 +127,10 @@ def _finite(groups):
 
 
 def summarize(results, outdir) -> Summary:
-    """Table per (model, lag), the ratios L_max/L_min of both metrics, and ``rnn.png`` (three panels: min
+    """Table per (model, lag), the ratios L_max/L_min of both metrics with their 95% bootstrap intervals over the
+    seeds (:func:`ntpref.reproduce.stats.ratio_interval`), and ``rnn.png`` (three panels: min
     validation MSE vs L, gradient metric vs L, validation curves)."""
-    lines, numbers, table = [], {}, []
+    lines, numbers, table, intervals = [], {}, [], {}
     plt = pyplot()
     fig, axes = plt.subplots(1, 3, figsize=(16, 4.4), gridspec_kw=dict(wspace=0.28))
     config = None
@@ -162,6 +163,14 @@ def summarize(results, outdir) -> Summary:
                           f"{np.max(tg):.2%}" if len(tg) else "-"))
         numbers[f"{model}_min_val_mse_ratio"] = float(mean[-1] / mean[0])
         numbers[f"{model}_grad_ratio"] = float(g_mean[-1] / g_mean[0])
+        ends = {(p["seed"], p["lag"]): a for p, a in rows if p["lag"] in (lags[0], lags[-1])}
+        paired = sorted(seed for seed, lag in ends if lag == lags[0] and (seed, lags[-1]) in ends)
+        for key, value in (("min_val_mse", "min_val_mse"), ("grad", "block_max")):
+            interval = ratio_interval([ends[seed, lags[0]][value] for seed in paired],
+                                      [ends[seed, lags[-1]][value] for seed in paired])
+            intervals[f"{model}_{key}_ratio"] = interval
+            if interval:
+                numbers[f"{model}_{key}_ratio_lo"], numbers[f"{model}_{key}_ratio_hi"] = interval
         numbers[f"{model}_tail_gain_max"] = float(max((np.max(g) for g in gains if len(g)), default=math.nan))
         diverged = sum(int(a["diverged"]) for _, a in rows)
         if diverged:
@@ -190,8 +199,9 @@ def summarize(results, outdir) -> Summary:
             "for recurrent architectures it can grow exponentially with T",
             tabulate(table, headers=["model", "lag", "seeds", "min val MSE (mean ± CI)", "median",
                                      "gradient metric (mean ± CI)", "blocks", "tail gain (max)"])]
-    ratios = [f"{k}: {v:.3g}" for k, v in numbers.items() if k.endswith("_ratio")]
-    head.append("largest / smallest lag: " + ", ".join(ratios))
+    ratios = [f"{k}: {v:.3g}{interval_text(intervals.get(k))}" for k, v in numbers.items() if k.endswith("_ratio")]
+    head.append("largest / smallest lag (mean over the seeds; in brackets the 95% bootstrap interval, the seeds "
+                "resampled in pairs across the two lags): " + ", ".join(ratios))
     head.append(f"tail gain: relative drop of the running min of the validation MSE over the last {TAIL:.0%} "
                 "of the steps (0 = flat)")
     return Summary("\n".join(head + lines), [path], numbers)

@@ -84,6 +84,33 @@ def median_slope_interval(x, groups, draws: int = BOOTSTRAP_DRAWS) -> tuple[floa
     return float(lo), float(hi)
 
 
+def ratio_interval(first, last, statistic=np.mean, draws: int = BOOTSTRAP_DRAWS) -> tuple[float, float] | None:
+    """The 95% percentile-bootstrap interval of statistic(last) / statistic(first) over the seeds.
+
+    first, last: per-seed values at the two ends of a grid axis, the same seeds in the same order; a seed's
+    value may be an array, whose entries are pooled with those of the other drawn seeds (NaN left out).
+    Each draw resamples the seeds with replacement (:func:`paired_resamples`), the same seeds at both ends.
+    None with fewer than two seeds, or when the two ends do not have the same number of seeds (a partial
+    grid: the seeds cannot be paired)."""
+    if len(first) != len(last) or len(first) < 2:
+        return None
+    per_seed = [[np.ravel(np.asarray(v, dtype=np.float64)) for v in end] for end in (first, last)]
+
+    def pooled(values, row):
+        v = np.concatenate([values[i] for i in row])
+        v = v[np.isfinite(v)]
+        return statistic(v) if v.size else math.nan
+
+    ratios = np.array([pooled(per_seed[1], row) / pooled(per_seed[0], row) for row in paired_resamples(len(first), draws)])
+    lo, hi = np.nanpercentile(ratios, [2.5, 97.5])
+    return float(lo), float(hi)
+
+
+def interval_text(interval: tuple[float, float] | None, digits: int = 3) -> str:
+    """" [1.05, 1.32]" for an interval, "" for None (too few seeds)."""
+    return "" if interval is None else f" [{interval[0]:.{digits}g}, {interval[1]:.{digits}g}]"
+
+
 def slope_text(slope: float, x, groups) -> str:
     """"-0.499 (95% bootstrap interval over 10 seeds: [-0.531, -0.466])" for a slope fitted to the medians
     of ``groups`` (:func:`median_slope_interval`); without an interval when there are too few seeds."""
