@@ -208,9 +208,9 @@ def array_tables(document: dict) -> str:
     parts = []
     for model in NAMES:
         rows = []
-        for array in SPECS[model].eval_outputs + SPECS[model].train_outputs:
-            if (model, array) not in power:
-                continue
+        named = SPECS[model].eval_outputs + SPECS[model].train_outputs
+        others = [a for m, a in power if m == model and a not in named]     # the intermediates its cases keep
+        for array in [a for a in named if (model, a) in power] + others:
             p, s = power[(model, array)], slack.get((model, array), {})
             f64, f32 = p.get("float64", {}), p.get("float32", {})
             rows.append([array, f64.get("cases", "-"), _power(f64, "every"), f64.get("weakest", "-"),

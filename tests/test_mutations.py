@@ -101,6 +101,8 @@ def test_symmetry_moved_numpy_backend_passes(selected):
     assert text.startswith("Policy: calibrated.")
     row = next(line for line in text.splitlines() if line.startswith("| grad_W "))
     assert [cell.strip() for cell in row.split("|")[1:4]] == ["grad_W", "1", "1e-04"]
+    rows = [line.split("|")[1].strip() for line in text.splitlines() if line.startswith("| ")]
+    assert rows.index("head_s") > rows.index("grad_W")        # the intermediates too, after the outputs
     named = re.search(r"Departure of the caught perturbations: the perturbed array named in (\d+) of (\d+)\.", text)
     assert named and named.group(1) == named.group(2) and int(named.group(1)) >= 5
     assert "| numpy all " in text
