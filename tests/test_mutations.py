@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from benchmark_harness import harness as bm
+from ntpref.oracle import contract
 from ntpref.oracle.cases import cases
 
 ADAPTERS = Path(__file__).resolve().parent / "conformance_adapters"
@@ -73,15 +74,40 @@ def test_numpy_bugs_fail_at_the_first_quantity_they_change(selected):
 def test_symmetries_move_the_input():
     rng = np.random.default_rng(1)
     X = rng.standard_normal((3, 5, 2))
-    moved = bm.symmetries.KEYS.apply("shallow", {"X": X}, rng)[0]["X"]
+    moved = bm.symmetries.KEYS.apply("shallow", {"X": X}, rng.permutation)[0]["X"]
     assert np.array_equal(moved[:, -1], X[:, -1]) and not np.array_equal(moved, X)
     assert np.array_equal(np.sort(moved, axis=1), np.sort(X, axis=1))
     inputs = {"tokens": np.array([[0, 1, 2, 3], [4, 5, -1, -1]]), "lengths": np.array([4, 2]),
               "targets": np.array([1, 2])}
-    moved, undo = bm.symmetries.KEYS.apply("twostage", inputs, rng)
+    moved, undo = bm.symmetries.KEYS.apply("twostage", inputs, bm.symmetries.reversal)
+    assert list(moved["tokens"][0]) == [2, 1, 0, 3]
     assert list(moved["tokens"][1]) == [4, 5, -1, -1] and moved["tokens"][0, 3] == 3
     attn = np.where(moved["tokens"] >= 0, moved["tokens"], 0) * 1.0
     assert np.array_equal(undo({"attn": attn})["attn"], np.where(inputs["tokens"] >= 0, inputs["tokens"], 0))
+
+
+def test_features_symmetry_is_exact_and_moves_the_outputs_back():
+    """P X, P U_i, P W_i Pᵀ leave every output of the shallow transformer unchanged up to the moves back, and
+    E → P E (the one-hot E given as the permutation) those of the two-stage model."""
+    rng = np.random.default_rng(2)
+    d, m = 3, 4
+    inputs = {"model": "shallow", "X": rng.standard_normal((5, 4, d)), "y": rng.standard_normal(5),
+              "c": rng.standard_normal(m), "U": rng.standard_normal((m, d)), "W": rng.standard_normal((m, d, d))}
+    moved, undo = bm.symmetries.FEATURES.apply("shallow", inputs, bm.symmetries.reversal)
+    assert np.array_equal(moved["X"], inputs["X"][..., ::-1]) and np.array_equal(moved["W"], inputs["W"][:, ::-1, ::-1])
+    plain, back = contract.evaluate(inputs, backend="numpy"), undo(contract.evaluate(moved, backend="numpy"))
+    for name in ("f", "loss", "grad_c", "grad_U", "grad_W"):
+        assert np.allclose(back[name], plain[name], rtol=1e-13, atol=1e-15), name
+    assert not np.allclose(contract.evaluate(moved, backend="numpy")["grad_W"], plain["grad_W"])
+    K = 4
+    inputs = {"model": "twostage", "tokens": np.array([[0, 1, 2, 3], [3, 1, 2, -1]]), "lengths": np.array([4, 3]),
+              "targets": np.array([1, 0]), "K": np.array(K), "W_ov": rng.standard_normal((K, K)),
+              "W_kq": rng.standard_normal((K, K))}
+    moved, undo = bm.symmetries.FEATURES.apply("twostage", inputs, rng.permutation)
+    assert "K" not in moved and sorted(np.argmax(moved["E"], axis=0)) == list(range(K))
+    plain, back = contract.evaluate(inputs, backend="numpy"), undo(contract.evaluate(moved, backend="numpy"))
+    for name in ("loss", "logits", "attn", "grad_W_ov", "grad_W_kq"):
+        assert np.allclose(back[name], plain[name], rtol=1e-13, atol=1e-15), name
 
 
 def test_symmetry_moved_numpy_backend_passes(selected):
@@ -89,6 +115,9 @@ def test_symmetry_moved_numpy_backend_passes(selected):
                for s in bm.symmetries.SYMMETRIES]
     members.append(bm.sweeps.Member("numpy all", "float64", bm.symmetries.adapter(bm.symmetries.SYMMETRIES),
                                  bm.symmetries.applicable(bm.symmetries.SYMMETRIES)))
+    members.append(bm.sweeps.Member("numba reversed", "float64",
+                                    bm.symmetries.adapter(bm.symmetries.SYMMETRIES, backend="numba", reverse=True,
+                                                          where_applicable=True), ("twostage", "shallow")))
     records = bm.sweeps.family_sweep(members, selected)
     assert {r["status"] for r in records} == {"pass"}
     assert {r["member"] for r in records} == {m.name for m in members}
