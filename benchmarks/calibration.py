@@ -2,7 +2,7 @@
 (docs/tolerance.md, "A calibrated tolerance").
 
     python -m benchmarks.calibration [--random N] [--seed S] [--no-stored] [--skip CASE ...] [--numpy-only]
-                                     [--markdown OUT.md] [-q]
+                                     [--authors CHECKOUT] [--markdown OUT.md] [-q]
 
 from the repository root. On the conformance cases (the stored cases and ``--random N`` random cases per
 model from ``--seed S``) it runs the exact backend once per case, builds every tolerance of every array (in
@@ -11,7 +11,8 @@ envelope, :mod:`ntpref.oracle.envelope`, and the calibrated one scaled from floa
 :mod:`ntpref.oracle.calibrated`) and measures under each:
 
   false failures  correct implementations of the precision (the mutation benchmark's family: in float64 the
-                  NumPy backend as it is and on symmetry-moved inputs, the shipped torch_float64 and
+                  NumPy backend as it is and on symmetry-moved inputs, the Numba backend on reversed
+                  ones, the shipped torch_float64 and
                   jax_float64 adapters; in float32 the shipped torch_float32 and jax_float32 adapters) whose
                   array fails; none may
   slack           tolerance / the family's worst error (1 / the largest err/tol over the family), per case
@@ -37,6 +38,7 @@ from collections.abc import Sequence
 import numpy as np
 from tabulate import tabulate
 
+from ntpref.errors import NtprefError
 from ntpref.models import SPECS
 from ntpref.npzio import atomic_write, check_output
 from ntpref.oracle.cases import POLICIES, PRECISIONS, cases
@@ -158,6 +160,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--no-stored", action="store_true", help="only the random cases")
     p.add_argument("--skip", nargs="+", default=[], metavar="CASE", help="leave these cases out")
     p.add_argument("--numpy-only", action="store_true", help="the family without PyTorch and JAX")
+    p.add_argument("--authors", metavar="CHECKOUT", help="a checkout of enesarda22/nonasymptotic-transformer: "
+                   "the shallow paper's own model joins the family (needs PyTorch)")
     p.add_argument("--markdown", metavar="OUT.md", help="also write the tables as markdown")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
     return p
@@ -167,7 +171,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     if args.markdown:
         check_output(args.markdown)
-    members = [(m, *_recording(m.adapter)) for m in correct_family(not args.numpy_only)]
+    try:
+        members = [(m, *_recording(m.adapter)) for m in correct_family(not args.numpy_only, args.authors)]
+    except NtprefError as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return 2
     selected = [c for c in cases(random=args.random, seed=args.seed, stored=not args.no_stored) if c.id not in args.skip]
     start, records = time.perf_counter(), []
     for case in selected:

@@ -2,7 +2,7 @@
 the checker").
 
     python -m benchmarks.mutations [--quick] [--random N] [--seed S] [--policy calibrated|bound]
-                                   [--json OUT.json] [--markdown OUT.md] [--numpy-only] [-q]
+                                   [--json OUT.json] [--markdown OUT.md] [--numpy-only] [--authors CHECKOUT] [-q]
 
 from the repository root (it imports ``examples.adapters``; PyTorch and JAX are needed for the structural
 bugs and the framework adapters). On the conformance cases (the stored cases and ``--random N`` random
@@ -52,11 +52,12 @@ PROG = "python -m benchmarks.mutations"
 RANDOM, QUICK_RANDOM = 40, 5
 
 
-def correct_family(frameworks: bool = True) -> list[Member]:
+def correct_family(frameworks: bool = True, authors: str | None = None) -> list[Member]:
     """The correct implementations: the oracle's NumPy backend as it is, on each symmetry's moved input
     and on the input moved by every symmetry of its model; the Numba backend on the input with every
     symmetry of its model reversed (its sums right to left); with ``frameworks`` the shipped torch_float64,
-    jax_float64 (float64), torch_float32 and jax_float32 (float32 mode) adapters."""
+    jax_float64 (float64), torch_float32 and jax_float32 (float32 mode) adapters, and with ``authors`` (a
+    checkout of the shallow paper's repository) their model in float64 (benchmarks/authors_model.py)."""
     every = symmetries.SYMMETRIES
     members = [Member("numpy backend" + "".join(f", {s.name} permuted" for s in move), "float64",
                       symmetries.adapter(move), symmetries.applicable(move)) for move in [[], *([s] for s in every)]]
@@ -71,19 +72,26 @@ def correct_family(frameworks: bool = True) -> list[Member]:
                     Member("jax_float64", "float64", jax_float64, NAMES),
                     Member("torch_float32", "float32", torch_float32, NAMES),
                     Member("jax_float32", "float32", jax_float32, NAMES)]
+    if authors:
+        from .authors_model import AuthorsModel, load
+
+        members.append(Member("the shallow paper's own model", "float64", AuthorsModel(load(authors)),
+                              ("shallow", "indrnn")))
     return members
 
 
 def benchmark(random: int, seed: int = 0, stored: bool = True, frameworks: bool = True,
-              log=None, policy: str = DEFAULT_POLICY) -> dict:
+              log=None, policy: str = DEFAULT_POLICY, authors: str | None = None) -> dict:
     """Run the three sweeps on the cases under the tolerance ``policy`` and return the document: the command's
     settings, the case ids, the records of each sweep and its seconds. ``frameworks`` False: NumPy only (no
-    structural bugs, the family without the PyTorch and JAX adapters)."""
+    structural bugs, the family without the PyTorch and JAX adapters); ``authors``: a checkout of the shallow
+    paper's repository, whose model joins the family."""
     selected = cases(random=random, seed=seed, stored=stored)
     document = {"random": random, "seed": seed, "stored": stored, "policy": policy,
                 "cases": [c.id for c in selected], "seconds": {}}
+    family = correct_family(frameworks, authors)
     parts = {"perturbations": lambda: sweeps.perturbation_sweep(selected, policy=policy),
-             "family": lambda: sweeps.family_sweep(correct_family(frameworks), selected, policy)}
+             "family": lambda: sweeps.family_sweep(family, selected, policy)}
     if frameworks:
         from . import mutants
 
@@ -322,6 +330,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--markdown", metavar="OUT.md", help="the tables as markdown")
     p.add_argument("--numpy-only", action="store_true",
                    help="without PyTorch and JAX: no structural bugs, the family without the framework adapters")
+    p.add_argument("--authors", metavar="CHECKOUT", help="a checkout of enesarda22/nonasymptotic-transformer: "
+                   "the shallow paper's own model joins the correct family (needs PyTorch)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
     return p
 
@@ -337,7 +347,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             if path:
                 check_output(path)
         document = benchmark(random, args.seed, stored=not args.quick, frameworks=not args.numpy_only, log=log,
-                             policy=args.policy)
+                             policy=args.policy, authors=args.authors)
     except NtprefError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2

@@ -167,3 +167,40 @@ def test_the_sweeps_judge_by_the_policy_they_are_given():
     caught = {policy: bm.sweeps.perturbation_sweep([case], ("float64",), (9,), ["grad_W_kq"], policy)[0]["caught"]
               for policy in ("calibrated", "bound")}
     assert caught == {"calibrated": [9], "bound": []}
+
+
+def test_the_shallow_papers_own_model_passes_where_it_applies():
+    """benchmarks/authors_model.py: the paper's Transformer and IndiRNN (their forward and project_) in the
+    restatement's loop pass every shallow and IndRNN case they can express, and skip the others with the
+    reason. Needs a checkout of their repository, named by NTPREF_AUTHORS_CHECKOUT."""
+    import os
+    from unittest import mock
+
+    checkout = os.environ.get("NTPREF_AUTHORS_CHECKOUT")
+    if not checkout:
+        pytest.skip("NTPREF_AUTHORS_CHECKOUT (a checkout of enesarda22/nonasymptotic-transformer) is not set")
+    pytest.importorskip("torch")
+    authors = bm.authors_model
+    module = authors.load(checkout)
+    selected = [c for c in cases(models=["shallow", "indrnn"], random=4) if not c.id.startswith("shallow_eval")]
+    calls = {"forward": 0, "project_": 0}
+
+    def counting(cls, name):
+        original = getattr(cls, name)
+
+        def counted(self, *args):
+            calls[name] += 1
+            return original(self, *args)
+        return mock.patch.object(cls, name, counted)
+
+    member = bm.sweeps.Member("theirs", "float64", authors.AuthorsModel(module), ("shallow", "indrnn"))
+    with counting(module.Transformer, "forward"), counting(module.Transformer, "project_"), \
+            counting(module.IndiRNN, "forward"), counting(module.IndiRNN, "project_"):
+        records = bm.sweeps.family_sweep([member], selected)
+    status = {r["case"]: r["status"] for r in records}
+    skipped = {c.id for c in selected if "tau_att" in c.inputs and float(c.inputs["tau_att"]) != 1.0}
+    assert {k for k, v in status.items() if v == "skip"} == skipped
+    assert all(v == "pass" for k, v in status.items() if k not in skipped) and len(status) > len(skipped) + 8
+    assert calls["forward"] > 0 and calls["project_"] > 0
+    with pytest.raises(NotImplementedError, match="two-stage"):
+        authors.AuthorsModel(module).evaluate("twostage", {})

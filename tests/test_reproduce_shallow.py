@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from ntpref.errors import InputError
-from ntpref.reproduce import approx, length, ntk, projsgd, rnn, stats, teacher_student, width
+from ntpref.reproduce import approx, approx_redraw, length, ntk, projsgd, rnn, stats, teacher_student, width
 from ntpref import shallow
 from ntpref.shallow import iid_init, paired_init
 from ntpref import sweep
@@ -122,6 +122,23 @@ def test_approx_errors_decrease(tmp_path):
         assert 0 < a["lin_error"] and 0 < a["approx_error"] < 10 * a["teacher_max_abs"]
         # the linearisation error involves the inputs only, and both teachers label the same inputs
         assert a["lin_error"] == cells[seed, "full", m]["lin_error"]
+
+
+def test_approx_redraw_gives_every_width_its_own_data_set(tmp_path):
+    """approx-redraw is approx on the data set of seed 1000·seed + m: its cell at width m is approx's on that
+    data set, a new one at every width (so the errors differ from approx's shared data set), and the
+    summary says how the data were drawn."""
+    size = dict(seeds=(1, 2), widths=(8, 32), n=100, K=256, T=4, teachers=("diagonal",))
+    s = run(approx_redraw, tmp_path, **size)
+    assert s.table.startswith("Approximation and linearisation errors vs m (the inputs and the teacher redrawn for "
+                              "every (seed, m))")
+    cells = {(p["seed"], p["m"]): a for p, a in load_results(tmp_path / "cells")}
+    assert len({approx_redraw.data_seed(seed, m) for seed, m in cells} | set(size["seeds"])) == len(cells) + 2
+    for (seed, m), a in cells.items():
+        shared = approx.cell(seed, "diagonal", m, 100, 256, 4)
+        own = approx.cell(seed, "diagonal", m, 100, 256, 4, data_seed=1000 * seed + m)
+        assert all(float(a[k]) == own[k] for k in own)
+        assert a["approx_error"] != shared["approx_error"] and a["lin_error"] != shared["lin_error"]
 
 
 def test_width_needed_closed_form():

@@ -40,6 +40,7 @@ TARGETS = {
     "generalization": "generalization",  # unseen sentences: closure-determined vs non-comparable
     "width": "width",                 # teacher-student min training loss vs m
     "approx": "approx",               # approximation and linearisation errors vs m
+    "approx-redraw": "approx_redraw",  # the same, a new data set for every (seed, m) as in the authors' script
     "length": "length",               # sequence length and sample size sweeps
     "rnn": "rnn",                     # transformer vs IndRNN on the autoregressive task
     "ntk": "ntk",                     # NTK-regime diagnostics: head movement, lambda_min, kernel drift

@@ -71,9 +71,10 @@ def approx_error(X, y, data, theta0, teacher: str) -> float:
     return float(np.max(np.abs(linearized_f(X, (c, U, W_att), theta_bar) - y)))
 
 
-def cell(seed, teacher, m, n, K, T) -> dict:
-    """approx_error (max over the n inputs), lin_error (mean over them) and max|y| for scale."""
-    data = teacher_data(seed, n, T, K, teacher)
+def cell(seed, teacher, m, n, K, T, data_seed=None) -> dict:
+    """approx_error (max over the n inputs), lin_error (mean over them) and max|y| for scale; the inputs and
+    the teacher are the data set of ``data_seed`` (default ``seed``: one data set per seed, every width)."""
+    data = teacher_data(seed if data_seed is None else data_seed, n, T, K, teacher)
     X = np.concatenate([data.X_train, data.X_val])
     y = np.concatenate([data.y_train, data.y_val])
     c, U, W = theta0 = shallow.paired_init(m, D, seed + INIT_SEED_OFFSET)
@@ -96,13 +97,15 @@ def _series(ax, rows, key, label, color, marker, lines, numbers, number_key):
         numbers[number_key] = slope
 
 
-def summarize(results, outdir) -> Summary:
+def summarize(results, outdir, data: str | None = None) -> Summary:
     """Both errors per width (tables), slopes fitted to the medians, and ``approx.png`` (two log–log panels:
-    the approximation error for both teachers, the linearisation error)."""
+    the approximation error for both teachers, the linearisation error); ``data``, when given, says how the
+    cells drew their data sets (in the first line and the figure's title)."""
     plt = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.8), gridspec_kw=dict(wspace=0.3))
-    lines = ["Approximation and linearisation errors vs m; expected slopes about -1/2: this project's "
-             "reconstruction (docs/shallow.md §5), not stated in the paper's available text"]
+    lines = ["Approximation and linearisation errors vs m" + (f" ({data})" if data else "") +
+             "; expected slopes about -1/2: this project's reconstruction (docs/shallow.md §5), not stated in "
+             "the paper's available text"]
     numbers, config = {}, {}
     teachers = [t for t in TEACHERS if any(p["teacher"] == t for p, _ in results)]
     for teacher in teachers:
@@ -120,7 +123,8 @@ def summarize(results, outdir) -> Summary:
         ax.set_ylabel(ylabel)
         ax.set_title(title + " (open markers: medians)", fontsize=10)
         ax.legend(fontsize=7)
-    fig.suptitle(f"d={D}, T={config.get('T')}, n={config.get('n')}, teacher K={config.get('K')}, ρ={RHO:g}",
+    fig.suptitle(f"d={D}, T={config.get('T')}, n={config.get('n')}, teacher K={config.get('K')}, ρ={RHO:g}"
+                 + (f"; {data}" if data else ""),
                  fontsize=9)
     path = save_figure(fig, Path(outdir) / "approx.png")
     return Summary("\n".join(lines), [path], numbers)
