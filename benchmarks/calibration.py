@@ -61,12 +61,18 @@ def measure_case(case, members) -> list[dict]:
     """One record per (floating-point array of ``case``, precision): per policy the family's largest err/tol
     (``worst``), whether the perturbation of :data:`POWER` fails (``caught``) and whether the report says the
     array is checked only coarsely (``coarse``, :func:`ntpref.oracle.conformance.coarse_arrays`); ``accurate``
-    (module docstring) and ``visible`` (a non-zero entry). ``members``: (name, precision, adapter, last) of the family."""
+    (module docstring) and ``visible`` (a non-zero entry). ``members``: (name, precision, adapter, last) of the family;
+    a member that raises NotImplementedError for the case is left out of it."""
     exact_values = exact_backend().compute(case.kind, case.inputs, as_float=False)
     case.calibrate(exact_values)
-    outputs = {(name, precision): {k: np.asarray(v, dtype=np.float64) if np.asarray(v).dtype.kind == "f" else v
-                                   for k, v in _outputs_of(adapter, last, case).items()}   # float32 widened
-               for name, precision, adapter, last in members}
+    outputs = {}
+    for name, precision, adapter, last in members:
+        try:
+            returned = _outputs_of(adapter, last, case)
+        except NotImplementedError:         # a member that cannot express the case (as the report skips it)
+            continue
+        outputs[name, precision] = {k: np.asarray(v, dtype=np.float64) if np.asarray(v).dtype.kind == "f" else v
+                                    for k, v in returned.items()}   # float32 widened
     records = []
     for precision in PRECISIONS:
         k, accurate = POWER[precision]
