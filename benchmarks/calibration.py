@@ -12,8 +12,8 @@ envelope, :mod:`ntpref.oracle.envelope`, and the calibrated one scaled from floa
 
   false failures  correct implementations of the precision (the mutation benchmark's family: in float64 the
                   NumPy backend as it is and on symmetry-moved inputs, the Numba backend on reversed
-                  ones, the shipped torch_float64 and
-                  jax_float64 adapters; in float32 the shipped torch_float32 and jax_float32 adapters) whose
+                  ones, the shipped torch_float64 and jax_float64 adapters, with ``--authors`` the shallow
+                  paper's own model; in float32 the shipped torch_float32 and jax_float32 adapters) whose
                   array fails; none may
   slack           tolerance / the family's worst error (1 / the largest err/tol over the family), per case
                   and array: the median and the minimum over the cases

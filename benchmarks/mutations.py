@@ -16,7 +16,8 @@ cases per model from ``--seed S``, ``ntpref.oracle.cases.cases``) it measures bo
                  every case of their model: caught or not, the departure against the bug's origin
   family         correct implementations: the shipped torch_float64 and jax_float64 adapters, the oracle's
                  NumPy backend on symmetry-moved inputs and its Numba backend on reversed ones
-                 (benchmarks/symmetries.py) in float64, and torch_float32 and jax_float32 in float32 mode:
+                 (benchmarks/symmetries.py) in float64, with ``--authors`` the shallow paper's own model
+                 (benchmarks/authors_model.py), and torch_float32 and jax_float32 in float32 mode:
                  false failures, and the slack (tolerance / worst error of the family) of every array
 
 Every verdict is that of the ``--policy`` (default calibrated in float64 and float32, as ``ntpref
