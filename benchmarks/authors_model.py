@@ -30,6 +30,8 @@ from ntpref.errors import InputError
 
 #: Inside a checkout of the repository.
 MODEL_FILE = Path("src") / "transformer_ntk" / "model.py"
+#: Their buffer holding the centre of each parameter block's projection ball.
+CENTRES = {"c": "c0", "U": "U0", "W": "W0", "u": "u0", "W_in": "W0"}
 
 
 def load(checkout: str | Path):
@@ -95,22 +97,24 @@ class AuthorsModel:
 
     def _projection(self, model: str):
         """The restatement's project(B, B0, radius) by their ``project_``: a module holding B as its block
-        and B0 as that block's centre, the other blocks at their centres (so left alone)."""
+        and B0 as that block's centre, the other blocks at their centres (so left alone). The block is told
+        by its number of axes; the IndRNN's c and u both have one, and their projections of c and u are the
+        same clamp, so a vector is projected as c."""
         names = tr.PARAMS[model]
+        by_axes = {3: "W", 2: "W_in" if model == "indrnn" else "U", 1: "c"}
 
         def project(B, B0, radius: float):
             m, d = B.shape[0], (B.shape[1] if B.dim() > 1 else 1)
-            block = {3: "W", 2: names[2] if model == "indrnn" else "U", 1: "c"}[B.dim()]
+            block = by_axes[B.dim()]
             net = self._net(model, d, 1, m, {"activation": "tanh", "mask_last_key": False})
-            centres = {"W": "W0", "U": "U0", "W_in": "W0", "c": "c0"}
             with torch.no_grad():
                 for name in names:
                     param = getattr(net, name)
                     if name == block:
                         param.data = B.detach().clone()
-                        getattr(net, centres[name]).data = B0.detach().clone()
+                        getattr(net, CENTRES[name]).data = B0.detach().clone()
                     else:      # no movement: their projection leaves the block as it is
-                        setattr(net, centres.get(name, name + "0"), param.detach().clone())
+                        getattr(net, CENTRES[name]).data = param.detach().clone()
                 rho = radius * math.sqrt(m)
                 net.project_(rho, rho, rho)
             return getattr(net, block).detach().clone()

@@ -106,7 +106,8 @@ def _permute_heads(model: str, inputs: dict, draw: Draw) -> tuple[dict, Undo]:
 def _shuffle_keys(X: np.ndarray, draw: Draw) -> np.ndarray:
     """X [n, T, d] with positions 0..T-2 of every sample permuted (each by its own permutation)."""
     X = np.array(X)
-    order = np.array([draw(X.shape[1] - 1) for _ in range(X.shape[0])], dtype=np.intp).reshape(X.shape[0], X.shape[1] - 1)
+    n, keys = X.shape[0], X.shape[1] - 1
+    order = np.array([draw(keys) for _ in range(n)], dtype=np.intp).reshape(n, keys)
     X[:, :-1] = np.take_along_axis(X[:, :-1], order[:, :, None], axis=1)
     return X
 
