@@ -16,6 +16,7 @@ bytecodes, so a signal that arrives during one long Numba kernel call takes effe
 one that arrives while Python itself starts, before ``ntpref.cli`` installs the handlers, gets
 Python's own behaviour (the process is killed by the signal, or Python reports a KeyboardInterrupt).
 """
+import gc
 import os
 import signal
 import sys
@@ -126,11 +127,14 @@ def _unraisable(hook):
     """A ``sys.unraisablehook`` that re-delivers an :class:`Interrupted` which Python could not raise (it
     arrived in a callback from C, e.g. Numba's cache notification, where exceptions are only printed): it
     is raised again a moment later, so the work unwinds in ordinary Python code (if that moment falls in a
-    callback again, the same happens again). Anything else goes to ``hook``."""
+    callback again, the same happens again). Once a signal has arrived, what a destructor raises is not
+    printed either: the signal can stop library code between two lines of a constructor (llvmlite's
+    references, as Numba starts), and the half-built object fails as it is destroyed. Before a signal,
+    anything else goes to ``hook``."""
     def unraisable(info):
         if isinstance(info.exc_value, Interrupted):
             _deliver_later(info.exc_value.signum)
-        else:
+        elif _state["received"] is None:
             hook(info)
     return unraisable
 
@@ -159,6 +163,8 @@ class handling:
         return self
 
     def __exit__(self, *exc_info):
+        if _state["received"] is not None:
+            gc.collect()   # half-built objects in reference cycles go now, under the hook of _unraisable
         _state.update(unwind=False, received=None)
         sys.unraisablehook, sys.excepthook = self.hook, self.excepthook
         signal.setitimer(signal.ITIMER_REAL, 0)

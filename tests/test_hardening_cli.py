@@ -5,6 +5,7 @@ damaged or foreign files among a sweep's cells, bad Numba environment variables,
 the data, a read-only installation without a writable home, worker counts below one, signals (SIGINT,
 SIGTERM, SIGHUP) at any moment, longdouble values beyond float64 and bytes where a string belongs.
 """
+import gc
 import os
 import re
 import shutil
@@ -525,6 +526,42 @@ def test_a_signal_inside_a_callback_from_c_still_unwinds(capsys):
     assert info.value.signum == signal.SIGTERM
     assert capsys.readouterr().err == ""
     assert sys.unraisablehook is hook and signal.getsignal(signal.SIGTERM) is term   # both given back
+
+
+def test_a_half_built_object_the_signal_leaves_fails_silently_as_it_goes():
+    """A signal between two lines of a constructor leaves an object whose destructor fails (llvmlite's
+    references can, as Numba starts): after the signal that failure is not printed, in the unwinding or in
+    a reference cycle collected as the block ends; before any signal the same failure still is."""
+    from ntpref import interrupt
+
+    class Half:
+        def __init__(self, signal_now):
+            self.cycle = self
+            if signal_now:
+                os.kill(os.getpid(), signal.SIGTERM)
+                for _ in range(10_000_000):   # the handler raises here, before the attribute exists
+                    pass
+            self.ref = 1
+
+        def __del__(self):
+            del self.ref
+
+    seen, hook = [], sys.unraisablehook
+    sys.unraisablehook = lambda info: seen.append(type(info.exc_value))
+    try:
+        with interrupt.handling():
+            try:   # as the command's main does: the exception, its frames and the object go in the block
+                Half(signal_now=True)
+            except interrupt.Interrupted as exc:
+                assert exc.signum == signal.SIGTERM
+        assert seen == []
+        with interrupt.handling():
+            half = Half(signal_now=False)
+            del half.ref, half
+            gc.collect()
+        assert seen == [AttributeError]
+    finally:
+        sys.unraisablehook = hook
 
 
 def test_a_signal_that_c_code_prints_shows_no_traceback(capsys):
