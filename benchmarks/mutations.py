@@ -16,9 +16,11 @@ cases per model from ``--seed S``, ``ntpref.oracle.cases.cases``) it measures bo
                  every case of their model: caught or not, the departure against the bug's origin
   family         correct implementations: the shipped torch_float64 and jax_float64 adapters, the oracle's
                  NumPy backend on symmetry-moved inputs and its Numba backend on reversed ones
-                 (benchmarks/symmetries.py) in float64, with ``--authors`` the shallow paper's own model
-                 (benchmarks/authors_model.py), and torch_float32 and jax_float32 in float32 mode:
-                 false failures, and the slack (tolerance / worst error of the family) of every array
+                 (benchmarks/symmetries.py), the exact backend's loops with compensated sums
+                 (benchmarks/rounded.py) in float64, with ``--authors`` the shallow paper's own model
+                 (benchmarks/authors_model.py), and torch_float32, jax_float32 and the exact backend's loops
+                 with and without fused multiply-adds in float32 mode: false failures, and the slack
+                 (tolerance / worst error of the family) of every array
 
 Every verdict is that of the ``--policy`` (default calibrated in float64 and float32, as ``ntpref
 conformance``; ``bound``, the running error bound in float64 and the envelope in float32). It prints the
@@ -45,7 +47,7 @@ from ntpref.models import NAMES, SPECS
 from ntpref.npzio import atomic_write, check_output
 from ntpref.oracle.cases import DEFAULT_POLICY, POLICIES, cases
 
-from . import symmetries, sweeps
+from . import rounded, symmetries, sweeps
 from .sweeps import ACTS, Member
 
 PROG = "python -m benchmarks.mutations"
@@ -56,16 +58,19 @@ RANDOM, QUICK_RANDOM = 40, 5
 def correct_family(frameworks: bool = True, authors: str | None = None) -> list[Member]:
     """The correct implementations: the oracle's NumPy backend as it is, on each symmetry's moved input
     and on the input moved by every symmetry of its model; the Numba backend on the input with every
-    symmetry of its model reversed (its sums right to left); with ``frameworks`` the shipped torch_float64,
-    jax_float64 (float64), torch_float32 and jax_float32 (float32 mode) adapters, and with ``authors`` (a
-    checkout of the shallow paper's repository) their model in float64 (benchmarks/authors_model.py)."""
+    symmetry of its model reversed (its sums right to left); the exact backend's loops in rounded
+    arithmetic (benchmarks/rounded.py: float64 with compensated sums, float32 with and without fused
+    multiply-adds); with ``frameworks`` the shipped torch_float64, jax_float64 (float64), torch_float32 and
+    jax_float32 (float32 mode) adapters, and with ``authors`` (a checkout of the shallow paper's repository)
+    their model in float64 (benchmarks/authors_model.py)."""
     every = symmetries.SYMMETRIES
     members = [Member("numpy backend" + "".join(f", {s.name} permuted" for s in move), "float64",
                       symmetries.adapter(move), symmetries.applicable(move)) for move in [[], *([s] for s in every)]]
     members += [Member("numpy backend, every symmetry of the model", "float64",
                        symmetries.adapter(every, where_applicable=True), NAMES),
                 Member("numba backend, every symmetry of the model reversed", "float64",
-                       symmetries.adapter(every, backend="numba", reverse=True, where_applicable=True), NAMES)]
+                       symmetries.adapter(every, backend="numba", reverse=True, where_applicable=True), NAMES),
+                *rounded.members()]
     if frameworks:
         from examples.adapters import jax_float32, jax_float64, torch_float32, torch_float64
 

@@ -138,6 +138,23 @@ def test_symmetry_moved_numpy_backend_passes(selected):
     assert "| numpy all " in text
 
 
+def test_the_exact_backends_loops_in_rounded_arithmetic_pass(selected):
+    """benchmarks/rounded.py: float64 with compensated sums and float32 with and without fused multiply-adds
+    pass every case of the slice in their precision, with room to spare, and round differently from one
+    another and from the oracle."""
+    members = bm.rounded.members()
+    assert [(m.precision, m.name.split(", ", 2)[2]) for m in members] == [
+        ("float64", "compensated sums"), ("float32", "fused multiply-adds"), ("float32", "separate multiply and add")]
+    records = bm.sweeps.family_sweep(members, selected)
+    assert len(records) == 3 * len(selected) and {r["status"] for r in records} == {"pass"}
+    assert max(row["ratio"] for r in records for row in r["rows"]) < 0.5
+    case = selected[0]
+    inputs = {k: np.array(v) for k, v in case.inputs.items() if k != "model"}
+    grads = [m.adapter["evaluate"](case.model, inputs)["grad_W"] for m in members]
+    oracle = contract.evaluate(case.inputs)["grad_W"]
+    assert not np.array_equal(grads[0], oracle) and not np.array_equal(grads[1], grads[2])
+
+
 def test_command_refuses_a_bad_output_before_running(tmp_path, capsys):
     (tmp_path / "file").write_text("")
     assert bm.mutations.main(["--quick", "--json", str(tmp_path / "file" / "out.json")]) == 2

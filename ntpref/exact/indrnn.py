@@ -16,7 +16,7 @@ from __future__ import annotations
 import mpmath
 import numpy as np
 
-from .arith import zeros
+from .arith import fdot, zeros
 from .shallow import Evaluation, Model, Samples, evaluate_model, grad_readout, readout, samples, squared_loss, \
     train_model
 
@@ -30,7 +30,7 @@ def hidden_states(data: Samples, u: list, W_in: list) -> list:
         for u_i, w_i in zip(u, W_in, strict=True):
             h, steps = mpmath.mpf(0), []
             for x in Xj:
-                p = mpmath.fdot(w_i, x) + u_i * h
+                p = fdot(w_i, x) + u_i * h
                 steps.append((p, h))
                 h = sigma(p)
             units.append((steps, h))

@@ -29,7 +29,8 @@ The method:
 4. W* = Σ λ_i (e_u − e_v) e_qᵀ over all blocks, and :func:`kkt` checks every condition on that W, its margins
    formed from W itself, to TOL; an uncertified solution raises UncertifiedError.
 
-The functions other than :func:`candidate` run inside ``arith.precision()``.
+The functions other than :func:`candidate` and :func:`least_norm` (which sets it) run inside the exact
+arithmetic, ``arith.exact()``.
 """
 from __future__ import annotations
 
@@ -39,7 +40,7 @@ import mpmath
 import numpy as np
 
 from ..errors import InfeasibleError, NtprefError
-from .arith import flatten, norm, zeros
+from .arith import exact, flatten, norm, zeros
 
 #: The KKT conditions hold to TOL: margins ≥ 1 − TOL, λ ≥ −TOL·max|λ|, |λ_i (m_i − 1)| ≤ TOL·max|λ|,
 #: ‖W − Σ λ_i a_i‖_F ≤ TOL·‖W‖_F (50-digit rounding leaves them near 1e-49).
@@ -85,7 +86,13 @@ class KKT(NamedTuple):
 def least_norm(columns: list, constraints: list) -> Solution:
     """W* = argmin ‖W‖_F s.t. (e_u − e_v)ᵀ W e_q ≥ 1 for every (u, v, q) of ``constraints``, ``columns[v]``
     = e_v [d] (mpf); certified by :func:`kkt` (module docstring), else UncertifiedError; InfeasibleError when
-    no W satisfies the constraints. No constraint gives W* = 0."""
+    no W satisfies the constraints. No constraint gives W* = 0. Solved in the exact arithmetic whatever
+    arithmetic the caller runs in (:func:`ntpref.exact.arith.exact`)."""
+    with exact():
+        return _least_norm(columns, constraints)
+
+
+def _least_norm(columns: list, constraints: list) -> Solution:
     C = [[mpmath.fdot(a, b) for b in columns] for a in columns]          # EᵀE
     E64 = np.array([[float(x) for x in e] for e in columns]).T           # E [d, K], exact
     lam, G = [mpmath.mpf(0)] * len(constraints), _Gram(C, constraints)

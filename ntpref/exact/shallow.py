@@ -28,8 +28,8 @@ import mpmath
 import numpy as np
 
 from ..checks import as_scalar
-from .arith import activation, add_outer, combine, flatten, matvec, norm, option, precision, softmax, to_mp, \
-    to_numpy, zeros
+from .arith import activation, add_outer, combine, fdot, flatten, matvec, norm, option, precision, softmax, \
+    to_mp, to_numpy, zeros
 
 
 class Samples(NamedTuple):
@@ -77,20 +77,20 @@ def samples(arrays, X: str = "X", y: str = "y") -> Samples:
 def readout(c: list, h: list) -> list:
     """f_j = m^{−1/2} Σ_i c_i h_ji for every sample j, h [n][m] (σ(s_ji), or the IndRNN's h_{T,ji})."""
     scale = 1 / mpmath.sqrt(len(c))
-    return [scale * mpmath.fdot(c, hj) for hj in h]
+    return [scale * fdot(c, hj) for hj in h]
 
 
 def squared_loss(f: list, y: list, kappa) -> tuple:
     """(loss, g): loss = (κ/2n) Σ_j r_j² and g_j = ∂loss/∂f_j = κ r_j / n, r_j = f_j − y_j."""
     n = len(f)
     r = [fj - yj for fj, yj in zip(f, y, strict=True)]
-    return kappa / (2 * n) * mpmath.fdot(r, r), [kappa * rj / n for rj in r]
+    return kappa / (2 * n) * fdot(r, r), [kappa * rj / n for rj in r]
 
 
 def grad_readout(g: list, h: list) -> list:
     """∂L/∂c_i = m^{−1/2} Σ_j g_j h_ji [m]."""
     scale = 1 / mpmath.sqrt(len(h[0]))
-    return [scale * mpmath.fdot(g, [hj[i] for hj in h]) for i in range(len(h[0]))]
+    return [scale * fdot(g, [hj[i] for hj in h]) for i in range(len(h[0]))]
 
 
 # --- the transformer -------------------------------------------------------------------------------
@@ -98,12 +98,12 @@ def head(keys: list, q: list, U_i: list, W_i: list, tau) -> tuple:
     """(s, a [d], M U [d]) of one head on one sample: z_t = x_tᵀ W_i q/τ over the keys x_t, α = softmax(z),
     a = Σ_t α_t x_t, s = U_iᵀ a, M U = Σ_t α_t x_t (x_tᵀ U_i − s)."""
     Wq = matvec(W_i, q)
-    alpha = softmax([mpmath.fdot(x, Wq) / tau for x in keys])
+    alpha = softmax([fdot(x, Wq) / tau for x in keys])
     columns = list(zip(*keys))                                              # [d][keys]
-    a = [mpmath.fdot(col, alpha) for col in columns]
-    s = mpmath.fdot(U_i, a)
-    gamma = [al * (mpmath.fdot(x, U_i) - s) for al, x in zip(alpha, keys)]
-    return s, a, [mpmath.fdot(col, gamma) for col in columns]
+    a = [fdot(col, alpha) for col in columns]
+    s = fdot(U_i, a)
+    gamma = [al * (fdot(x, U_i) - s) for al, x in zip(alpha, keys)]
+    return s, a, [fdot(col, gamma) for col in columns]
 
 
 def head_states(data: Samples, U: list, W: list) -> list:
@@ -230,7 +230,7 @@ def ntk(arrays, as_float: bool = True) -> dict[str, np.ndarray]:
     with precision():
         data = samples(arrays)
         features = [flatten(list(g)) for g in f_gradients(data, params_of(MODEL, arrays))]
-        return {"gram": to_numpy([[mpmath.fdot(a, b) for b in features] for a in features], as_float)}
+        return {"gram": to_numpy([[fdot(a, b) for b in features] for a in features], as_float)}
 
 
 def head_state_outputs(arrays, as_float: bool = True) -> dict[str, np.ndarray]:

@@ -31,7 +31,8 @@ import numpy as np
 
 from ..checks import as_scalar
 from ..errors import InputError
-from .arith import add_outer, combine, flatten, matvec, norm, precision, rmatvec, softmax, to_mp, to_numpy, zeros
+from .arith import add_outer, combine, fdot, flatten, fsum, matvec, norm, precision, rmatvec, softmax, to_mp, \
+    to_numpy, zeros
 from .maxmargin import least_norm
 
 
@@ -119,7 +120,7 @@ def relation_constraints(S: Sentences, succ) -> list[tuple[int, int, int]]:
 def correlation(W: list, W_star: list) -> mpmath.mpf:
     """ρ(W, W*) = ⟨W, W*⟩ / (‖W‖_F ‖W*‖_F) of §5, 0 when either is zero."""
     size = norm(W) * norm(W_star)
-    return mpmath.fdot(flatten(W), flatten(W_star)) / size if size else mpmath.mpf(0)
+    return fdot(flatten(W), flatten(W_star)) / size if size else mpmath.mpf(0)
 
 
 def loss_and_grad(S: Sentences, W_ov: list, W_kq: list | None) -> Evaluation:
@@ -137,26 +138,26 @@ def loss_and_grad(S: Sentences, W_ov: list, W_kq: list | None) -> Evaluation:
             phi = [mpmath.mpf(1)]
         else:
             k = matvec(W_kq, x_L)
-            phi = softmax([mpmath.fdot(x, k) for x in X])                      # φ = softmax(Xᵀ W_kq x_L)
-        h = [mpmath.fdot([x[i] for x in X], phi) for i in range(d)]            # X φ
+            phi = softmax([fdot(x, k) for x in X])                      # φ = softmax(Xᵀ W_kq x_L)
+        h = [fdot([x[i] for x in X], phi) for i in range(d)]            # X φ
         o = matvec(W_ov, h)
-        z = [mpmath.fdot(e, o) for e in S.columns]                             # z = Eᵀ W_ov X φ
+        z = [fdot(e, o) for e in S.columns]                             # z = Eᵀ W_ov X φ
         e_r = [mpmath.exp(z_v - z[y]) if v != y else mpmath.mpf(0) for v, z_v in enumerate(z)]
-        rest = mpmath.fsum(e_r)                                                # Σ_{v≠y} e^{r_v}
+        rest = fsum(e_r)                                                # Σ_{v≠y} e^{r_v}
         losses.append(mpmath.log1p(rest))                                      # ℓ = log(1 + Σ_{v≠y} e^{r_v})
         g_z = [e / (1 + rest) for e in e_r]                                    # p_v, v ≠ y
-        g_z[y] = -mpmath.fsum(g_z)                                             # p_y − 1 = −Σ_{v≠y} p_v
-        Eg = [mpmath.fdot([e[i] for e in S.columns], g_z) for i in range(d)]   # E g_z
+        g_z[y] = -fsum(g_z)                                             # p_y − 1 = −Σ_{v≠y} p_v
+        Eg = [fdot([e[i] for e in S.columns], g_z) for i in range(d)]   # E g_z
         add_outer(G_ov, w, Eg, h)                                              # E g_z (Xφ)ᵀ
         if W_kq is not None:
             b = rmatvec(W_ov, Eg)                                              # a_l = x_lᵀ b
-            g_s = [phi[l] * mpmath.fsum(phi[j] * mpmath.fdot([xl - xj for xl, xj in zip(X[l], X[j])], b)
+            g_s = [phi[l] * fsum(phi[j] * fdot([xl - xj for xl, xj in zip(X[l], X[j])], b)
                                         for j in range(len(X)))
                    for l in range(len(X))]
-            add_outer(G_kq, w, [mpmath.fdot([x[i] for x in X], g_s) for i in range(d)], x_L)   # X g_s x_Lᵀ
+            add_outer(G_kq, w, [fdot([x[i] for x in X], g_s) for i in range(d)], x_L)   # X g_s x_Lᵀ
         logits.append(z)
         attn.append(phi)
-    return Evaluation(mpmath.fdot(S.weights, losses), G_ov, G_kq, logits, attn)
+    return Evaluation(fdot(S.weights, losses), G_ov, G_kq, logits, attn)
 
 
 def ngd_step(W: list, G: list, eta) -> list:
