@@ -12,9 +12,10 @@ envelope, :mod:`ntpref.oracle.envelope`, and the calibrated one scaled from floa
 
   false failures  correct implementations of the precision (the mutation benchmark's family: in float64 the
                   NumPy backend as it is and on symmetry-moved inputs, the Numba backend on reversed
-                  ones, the shipped torch_float64 and jax_float64 adapters, with ``--authors`` the shallow
-                  paper's own model; in float32 the shipped torch_float32 and jax_float32 adapters) whose
-                  array fails; none may
+                  ones, the exact backend's loops with compensated sums, the shipped torch_float64 and
+                  jax_float64 adapters, with ``--authors`` the shallow paper's own model; in float32 the
+                  exact backend's loops with and without fused multiply-adds and the shipped torch_float32
+                  and jax_float32 adapters) whose array fails; none may
   slack           tolerance / the family's worst error (1 / the largest err/tol over the family), per case
                   and array: the median and the minimum over the cases
   power           whether the oracle's outputs with the array multiplied by (1 + 10^-k ξ) (ξ = ±1 per entry;
@@ -25,7 +26,8 @@ envelope, :mod:`ntpref.oracle.envelope`, and the calibrated one scaled from floa
 
 The calibrated tolerances are built from the oracle and the exact backend only (and in float32 the oracle's
 response to the inputs rounded to float32); none of the family's members enters them, so every member is a
-held-out check.
+held-out check (the rounded members share the exact backend's formulas, not its rounding: the 50-digit run
+enters the tolerance, the 53- and 24-bit runs are judged by it).
 """
 from __future__ import annotations
 

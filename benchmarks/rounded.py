@@ -7,8 +7,8 @@ to right in one of three ways:
   float32, fused multiply-adds       24 bits, acc ← round(acc + a·b) per term of every dot product
   float32, separate multiply and add 24 bits, acc ← round(acc + round(a·b))
 
-They round unlike the oracle's backends and unlike the PyTorch and JAX adapters: elementary functions
-correctly rounded, no vectorised or blocked sums, a dot product fused or not by choice rather than by
+They round unlike the oracle's backends and unlike the PyTorch and JAX adapters: mpmath's elementary
+functions, no vectorised or blocked sums, a dot product fused or not by choice rather than by
 what a compiler picks on this CPU. The exponent is unbounded (nothing under- or overflows), and the
 two-stage max-margin solutions come from the exact solver (a QP solve, not a sum); the two-stage runs
 step along the normalized gradient formed in the rounded arithmetic.

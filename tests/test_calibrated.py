@@ -142,7 +142,8 @@ def test_the_benchmark_slice_has_no_false_failures(capsys):
     assert calibration.main(["--random", "1", "--no-stored", "--numpy-only", "-q"]) == 0
     out = capsys.readouterr().out
     assert re.search(r"^\| float64 calibrated +\| +0 \| +1e-09 +\| 0 of \d+ ", out, re.M), out
-    assert "float32" not in out     # no float32 member without PyTorch
+    # without PyTorch the float32 members are the exact backend's loops in float32 (benchmarks/rounded.py)
+    assert re.search(r"^\| float32 calibrated +\| +0 \| +0.0001 +\| 0 of \d+ ", out, re.M), out
 
 
 def test_the_benchmark_judges_float32_members_in_float32():
