@@ -1,6 +1,7 @@
 """Shared helpers of the reproduction targets (ntpref.reproduce.configs, ntpref.reproduce.stats): time grid,
 configuration selection, grouping by an axis and the 95% CI; the seed count of ``--seeds``; the worker thread
 split of ntpref.sweep.worker_threads."""
+import math
 import os
 
 import numpy as np
@@ -133,6 +134,23 @@ def test_median_slope_interval_covers_the_power_law_and_shrinks_with_seeds():
     assert stats.slope_text(slope, m, few) == (f"{slope:+.3f} (95% bootstrap interval over 5 seeds: "
                                                f"[{lo5:+.3f}, {hi5:+.3f}])")
     assert stats.slope_text(slope, m, [g[:1] for g in few]) == f"{slope:+.3f} (no interval: 1 seed)"
+
+
+def test_line_fit_is_the_least_squares_line_rounded_once_from_exact_sums():
+    from fractions import Fraction
+    rng = np.random.default_rng(3)
+    x, y = rng.standard_normal(7) * 1e3, rng.standard_normal(7) + 1e8       # large offsets: cancellation
+    X, Y = [Fraction(v) for v in x], [Fraction(v) for v in y]
+    xb, yb = sum(X) / 7, sum(Y) / 7
+    exact = sum((a - xb) * (b - yb) for a, b in zip(X, Y)) / sum((a - xb) ** 2 for a in X)
+    slope, intercept = stats.line_fit(x, y)
+    assert abs(Fraction(slope) - exact) <= 4 * 2.0 ** -52 * abs(exact)
+    assert abs(Fraction(intercept) - (yb - exact * xb)) <= 4 * 2.0 ** -52 * abs(yb)
+    assert np.allclose(stats.line_fit(x, y), np.polyfit(x, y, 1), rtol=1e-9)
+    # a power law is recovered by the log-log fit; a geometric decay by the rate
+    assert np.allclose(stats.loglog_slope([2, 4, 8, 16], [3 * v ** -0.5 for v in (2, 4, 8, 16)]),
+                       (-0.5, math.log(3)), atol=1e-14)
+    assert stats.geometric_rate(np.arange(5), 2.0 * 0.9 ** np.arange(5)) == pytest.approx(0.9, rel=1e-14)
 
 
 def test_config_text_is_sorted_names_and_values():

@@ -42,8 +42,20 @@ def loglog_slope(x, y) -> tuple[float, float]:
     x, y = np.asarray(x, float), np.asarray(y, float)
     if x.size < 2 or (x <= 0).any() or (y <= 0).any():
         raise InputError("loglog_slope needs at least two positive points")
-    slope, intercept = np.polyfit(np.log(x), np.log(y), 1)
-    return float(slope), float(intercept)
+    return line_fit([math.log(v) for v in x], [math.log(v) for v in y])
+
+
+def line_fit(x, y) -> tuple[float, float]:
+    """Least-squares line y = slope · x + intercept through k ≥ 2 points; returns (slope, intercept).
+
+    slope = Σ (x_i − x̄)(y_i − ȳ) / Σ (x_i − x̄)², intercept = ȳ − slope · x̄, every sum correctly rounded
+    (math.fsum) and no BLAS call, so the fit (and a figure that draws it) is the same bit for bit whatever
+    the CPU and the BLAS kernels it selects."""
+    x, y = [float(v) for v in x], [float(v) for v in y]
+    x_bar, y_bar = math.fsum(x) / len(x), math.fsum(y) / len(y)
+    dx = [v - x_bar for v in x]
+    slope = math.fsum(a * (b - y_bar) for a, b in zip(dx, y)) / math.fsum(a * a for a in dx)
+    return slope, y_bar - slope * x_bar
 
 
 #: Resamples of the seeds behind every bootstrap interval.
@@ -127,8 +139,8 @@ def geometric_rate(t, y) -> float:
     keep = y > 0
     if keep.sum() < 2:
         raise InputError("geometric_rate needs at least two positive points")
-    slope, _ = np.polyfit(t[keep], np.log(y[keep]), 1)
-    return float(np.exp(slope))
+    slope, _ = line_fit(t[keep], [math.log(v) for v in y[keep]])
+    return math.exp(slope)
 
 
 def mean_row(label, columns) -> list:
