@@ -10,8 +10,8 @@ import pytest
 
 from ntpref.cli import main
 from ntpref.errors import InputError
-from ntpref.oracle.compare import (EXACT, check_tolerance, compare_arrays, compare_one, load_tolerances,
-                                   tolerance)
+from ntpref.oracle.compare import (EXACT, check_tolerance, compare_arrays, compare_one, element_bounds,
+                                   load_tolerances, tolerance, tolerance_sum)
 from ntpref.npzio import save_npz
 
 
@@ -80,6 +80,22 @@ def test_head_tolerance_on_leading_rows():
     assert row(e, a, **tol).ok
     a[3] += 1e-6                                                 # inside the head: only 1e-9 allowed
     assert not row(e, a, **tol).ok
+
+
+@pytest.mark.parametrize("heads", [(None, None), (3, None), (None, 6), (3, 6)])
+def test_a_tolerance_sum_bounds_every_element_by_at_least_the_sum_of_the_two(heads):
+    rng = np.random.default_rng(5)
+    e = rng.standard_normal((10, 3))
+    def random_tol(n):
+        bounds = lambda: dict(zip(("rtol", "atol", "atol_max_scale", "atol_per_step"), rng.uniform(0, 1, 4)))
+        return tolerance(**bounds(), head=None if n is None else {"n": n, **bounds()})
+    a, b = random_tol(heads[0]), random_tol(heads[1])
+    total = tolerance_sum(a, b, "both")
+    assert total["reason"] == "both"
+    summed, bound = element_bounds(e, a) + element_bounds(e, b), element_bounds(e, total)
+    assert np.all(bound >= summed * (1 - 1e-15))
+    n = max([h for h in heads if h is not None], default=0)
+    np.testing.assert_allclose(bound[n:], summed[n:], rtol=1e-15)   # exact past the heads
 
 
 def test_non_float_arrays_compare_exactly():

@@ -115,7 +115,8 @@ class Case:
             elif key == ("float32", "bound"):
                 from .envelope import float32_tolerances
 
-                self._tolerances[key] = float32_tolerances(self.kind, self.inputs, self.expected, self._float32_terms)
+                self._tolerances[key] = float32_tolerances(self.kind, self.inputs, self.expected,
+                                                           self.tolerances("float64", "bound"), self._float32_terms)
             else:
                 from .calibrated import float32_tolerances
 

@@ -97,6 +97,23 @@ def check_tolerance(what: str, spec) -> dict:
     return out
 
 
+def tolerance_sum(a: Mapping, b: Mapping, reason: str) -> dict:
+    """A tolerance whose bound on every element is at least the sum of the bounds of the validated
+    tolerances ``a`` and ``b``: their bounds added key by key; where either has a ``head``, a head on the
+    first max(n) rows whose bounds add each tolerance's larger one, key by key, of its head and main
+    bounds (a bound is linear in its keys with coefficients ≥ 0, so that covers both)."""
+    def larger(tol):
+        head = tol.get("head")
+        return {k: max(tol[k], head[k]) if head else tol[k] for k in _BOUND_KEYS}
+
+    out = {k: a[k] + b[k] for k in _BOUND_KEYS}
+    heads = [tol["head"]["n"] for tol in (a, b) if "head" in tol]
+    if heads:
+        wide_a, wide_b = larger(a), larger(b)
+        out["head"] = {"n": max(heads), **{k: wide_a[k] + wide_b[k] for k in _BOUND_KEYS}}
+    return check_tolerance("tolerance sum", {**out, "reason": reason})
+
+
 def _is_exact(bounds: Mapping) -> bool:
     return all(bounds[k] == 0.0 for k in _BOUND_KEYS)
 

@@ -18,6 +18,12 @@ largest response seen so far. One update of a block θ rounds by u max|θ| + η 
 for a minibatch of B; a unit NGD direction: η u). A measured term becomes a bound of the policy's
 form: its largest entry, or along a per-step log the straight line ``atol + atol_per_step · t`` above
 it. The tolerance of an array is :data:`MULTIPLE` times its envelope, so err/env = MULTIPLE · err/tol.
+
+The model's diagnostics (the two-stage max-margin solutions and the correlations with them) come from a
+solver whose certificate, not rounding, sets the oracle's accuracy (1e-9 of max|W*|): the rounding of
+the inputs barely moves them, and the oracle's own value may miss the exact one by more than float32's
+rounding of it (an entry of W* that is 0 exactly and 1e-17 in the oracle's). Their tolerance adds the
+float64 tolerance of the same array, so it never claims more than the oracle is certified to.
 """
 from __future__ import annotations
 
@@ -110,10 +116,13 @@ def line_above(values: np.ndarray) -> tuple[float, float]:
 
 @np.errstate(all="ignore")   # the user's np.seterr must not change (or break) a bound
 def float32_tolerances(kind: str, inputs: Mapping[str, np.ndarray], expected: Mapping[str, np.ndarray],
-                       terms: tuple | None = None) -> dict[str, dict]:
+                       certified: Mapping[str, Mapping], terms: tuple | None = None) -> dict[str, dict]:
     """name → tolerance (:mod:`ntpref.oracle.compare` form) = :data:`MULTIPLE` × the float32 envelope of
-    every array of ``expected``, the float64 oracle's outputs for ``inputs`` (module docstring); ``terms``:
-    what :func:`measured` returns for them, if already computed."""
+    every array of ``expected``, the float64 oracle's outputs for ``inputs`` (module docstring);
+    ``certified``: name → the float64 tolerance (the running error bound) of at least the model's diagnostics
+    among them, added to their envelope (module docstring); ``terms``: what :func:`measured` returns for
+    them, if already computed."""
+    from .compare import check_tolerance, tolerance_sum
     from .contract import model_of
 
     spec = model_of(inputs)
@@ -126,4 +135,8 @@ def float32_tolerances(kind: str, inputs: Mapping[str, np.ndarray], expected: Ma
         out[name] = {"rtol": MULTIPLE * U32, "atol": max(MULTIPLE * atol, TINY), "atol_per_step": MULTIPLE * per_step,
                      "reason": f"float32: {MULTIPLE:g} x envelope u|q| + {atol:.2g}"
                                + (f" + {per_step:.2g}·t" if per_step else "")}
+        if name in spec.diagnostics:
+            own = check_tolerance(name, certified[name])
+            out[name] = tolerance_sum(check_tolerance(name, out[name]), own,
+                                      f"{out[name]['reason']}; + the oracle's own float64 tolerance ({own['reason']})")
     return out
