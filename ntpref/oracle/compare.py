@@ -98,14 +98,15 @@ def check_tolerance(what: str, spec) -> dict:
 
 
 def tolerance_sum(a: Mapping, b: Mapping, reason: str) -> dict:
-    """A tolerance whose bound on every element is at least the sum of the bounds of the validated
-    tolerances ``a`` and ``b``: their bounds added key by key; where either has a ``head``, a head on the
+    """A validated tolerance whose bound on every element is at least the sum of the bounds of the
+    tolerances ``a`` and ``b`` (validated here): their bounds added key by key; where either has a ``head``, a head on the
     first max(n) rows whose bounds add each tolerance's larger one, key by key, of its head and main
     bounds (a bound is linear in its keys with coefficients ≥ 0, so that covers both)."""
     def larger(tol):
         head = tol.get("head")
         return {k: max(tol[k], head[k]) if head else tol[k] for k in _BOUND_KEYS}
 
+    a, b = check_tolerance("tolerance sum", a), check_tolerance("tolerance sum", b)
     out = {k: a[k] + b[k] for k in _BOUND_KEYS}
     heads = [tol["head"]["n"] for tol in (a, b) if "head" in tol]
     if heads:
