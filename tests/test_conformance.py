@@ -232,6 +232,27 @@ def test_float32_mode_allows_the_oracles_own_max_margin_error():
         assert [r.name for r in report.rows if not r.ok] == ["W_kq_star"]
 
 
+@pytest.mark.parametrize("sums", ["separate", "fused"])
+def test_float32_mode_allows_the_rounding_of_a_correlations_three_sums(sums):
+    """ρ(W_ov, W_ov*) = 1 at every step of this case: a float32 program's ρ misses it only by the rounding
+    of ⟨W, W*⟩, ‖W‖² and ‖W*‖² (d² terms each), several u32. The exact backend's loops in float32 pass with
+    room to spare (err/tol 0.69 when the envelope counted one rounding of ρ alone); 1e-4 does not."""
+    from ntpref import exact
+    from ntpref.exact.arith import rounded
+
+    case = random_cases(["twostage"])[3]
+    assert case.id == "r0_twostage_3_train_late_stage" and np.all(np.abs(case.expected["stage1_corr"] - 1) < 1e-12)
+    with rounded(24, sums):
+        outputs = {k: np.asarray(v, dtype=np.float64) for k, v in exact.train(dict(case.inputs)).items()}
+    assert 2 * 2.0 ** -24 < np.max(np.abs(outputs["stage1_corr"] - 1))      # more than one rounding of ρ
+    for policy in ("calibrated", "bound"):
+        report = check({"train": lambda m, i: outputs}, case, "float32", policy)
+        assert report.ok and next(r for r in report.rows if r.name == "stage1_corr").ratio < 0.5
+        wrong = {**outputs, "stage1_corr": outputs["stage1_corr"] * (1 - 1e-4)}
+        report = check({"train": lambda m, i: wrong}, case, "float32", policy)
+        assert [r.name for r in report.rows if not r.ok] == ["stage1_corr"]
+
+
 def test_cli_hints_at_float32_mode(capsys):
     rc, out, _ = conformance(capsys, ADAPTERS / "float32_outputs.py", "--no-stored", "--model", "indrnn", "--random", 2)
     assert rc == 1

@@ -354,14 +354,21 @@ def _eval_magnitudes(inputs: Mapping[str, np.ndarray], **changes) -> dict[str, n
     return {k: M for k, (M, _) in magnitudes({**base, **changes}).items()}
 
 
+#: M_q of a correlation ρ = ⟨W, W*⟩ / (‖W‖_F ‖W*‖_F): its three sums with every term divided by what ρ
+#: divides it by add up to Σ|W ∘ W*| / (‖W‖ ‖W*‖) + ½ + ½ ≤ 2 (Cauchy–Schwarz; the norms enter as square roots).
+CORRELATION_TERMS = 2.0
+
+
 def float32_scales(inputs: Mapping[str, np.ndarray], expected: Mapping[str, np.ndarray]) -> dict[str, float]:
-    """name → M_q of the training outputs evaluated from terms (the losses), the larger at the first and the
-    last parameters of their stage (stage 2: W_ov at its stage-1 result)."""
+    """name → M_q of the training outputs evaluated from terms: the losses, the larger at the first and the
+    last parameters of their stage (stage 2: W_ov at its stage-1 result), and the correlations with the
+    max-margin solutions, :data:`CORRELATION_TERMS` at every step."""
     ends = [_eval_magnitudes(inputs, W_ov=expected["W_ov"], W_kq=W) for W in (inputs["W_kq"], expected["W_kq"])]
     first = _eval_magnitudes(inputs, W_ov=inputs["W_ov"], W_kq=inputs["W_kq"])
     loss = max(float(np.max(M["loss"])) for M in ends)
     return {"stage1_loss": max(float(first["loss0"]), max(float(np.max(M["loss0"])) for M in ends)),
-            "stage2_loss": loss, "loss_floor": loss}
+            "stage2_loss": loss, "loss_floor": loss,
+            "stage1_corr": CORRELATION_TERMS, "stage2_corr": CORRELATION_TERMS}
 
 
 def update_directions(inputs: Mapping[str, np.ndarray], expected: Mapping[str, np.ndarray]) -> dict[str, float]:
