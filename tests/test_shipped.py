@@ -1,5 +1,6 @@
 """The files shipped beside the code (ntpref.shipped): the adapters, the documentation pages and the reference
 cases are found in a clone; an installed copy (tests/test_packaging.py, slow) finds them inside the package."""
+import re
 from pathlib import Path
 
 import pytest
@@ -50,3 +51,29 @@ def test_conformance_takes_one_adapter_source(capsys):
     assert main(["conformance", "--adapter", "torch-float64", str(REPO / "tests" / "conformance_adapters" /
                                                                   "oracle_numpy.py")]) == 2
     assert "give one of an adapter file (ADAPTER.py), --adapter NAME" in capsys.readouterr().err
+
+
+def _heading_anchors(page: Path) -> set[str]:
+    """The anchors a renderer gives the headings of a markdown page (outside code blocks): lower case, the
+    punctuation but hyphens dropped, spaces as hyphens."""
+    text = re.sub(r"^```.*?^```", "", page.read_text(), flags=re.S | re.M)
+    return {re.sub(r"[^\w\- ]", "", m.group(1).strip().lower()).replace(" ", "-")
+            for m in re.finditer(r"^#+\s+(.*)$", text, re.M)}
+
+
+def test_every_link_of_the_readme_and_the_docs_names_a_file_and_a_heading_that_exist():
+    pages = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
+    broken, links = [], 0
+    for page in pages:
+        text = re.sub(r"^```.*?^```", "", page.read_text(), flags=re.S | re.M)
+        for target in re.findall(r"\]\(([^)\s]+)\)", text):
+            if re.match(r"[a-z]+:", target):
+                continue
+            links += 1
+            path, _, anchor = target.partition("#")
+            dest = (page.parent / path).resolve() if path else page
+            if not dest.is_file():
+                broken.append(f"{page.relative_to(REPO)}: {target} (no such file)")
+            elif anchor and dest.suffix == ".md" and anchor not in _heading_anchors(dest):
+                broken.append(f"{page.relative_to(REPO)}: {target} (no such heading)")
+    assert links > 100 and not broken, broken
