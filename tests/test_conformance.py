@@ -236,7 +236,7 @@ def test_float32_mode_allows_the_oracles_own_max_margin_error():
 def test_float32_mode_allows_the_rounding_of_a_correlations_three_sums(sums):
     """ρ(W_ov, W_ov*) = 1 at every step of this case: a float32 program's ρ misses it only by the rounding
     of ⟨W, W*⟩, ‖W‖² and ‖W*‖² (d² terms each), several u32. The exact backend's loops in float32 pass with
-    room to spare (err/tol 0.69 when the envelope counted one rounding of ρ alone); 1e-4 does not."""
+    room to spare (against one rounding of ρ alone their err/tol would be 0.69); 1e-4 does not."""
     from ntpref import exact
     from ntpref.exact.arith import rounded
 

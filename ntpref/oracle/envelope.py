@@ -6,7 +6,8 @@ the float64 oracle, u = 2^-24 being the unit roundoff of float32:
 
     env(q) = u (|q| + M_q)                                  one rounding of q and of the terms it is
                                                             computed from (M_q: the magnitudes of the
-                                                            float64 policy, docs/tolerance.md)
+                                                            float64 policy, docs/tolerance.md; of a
+                                                            training output the model's float32_scales)
            + |q(fl32(inputs)) − q|                          the inputs rounded to float32
            + n_q · max over DRAWS draws |q(moved) − q|      one rounding of every input: data moved by
                                                             u relative, each trained block by the
