@@ -107,6 +107,39 @@ def test_non_float_arrays_compare_exactly():
     assert not row([True], [False]).ok
 
 
+def test_integer_errors_are_the_exact_differences_of_the_integers():
+    r = row(np.array([2**62, 7]), np.array([2**62 + 1, 7]))         # float64 copies of both are 2**62
+    assert (r.ok, r.max_abs_err, r.max_rel_err, r.note) == (False, 1.0, 2.0**-62, "1 entries differ")
+    r = row(np.array([2**63 + 5], dtype=np.uint64), np.array([-3]))  # int64 - uint64 would wrap around
+    assert (r.ok, r.max_abs_err, r.max_rel_err) == (False, float(2**63 + 8), (2**63 + 8) / (2**63 + 5))
+    r = row(np.array([3, -2**53 - 1]), np.array([5, 2**53 + 1]))     # one entry each side of 2^53
+    assert (r.max_abs_err, r.max_rel_err) == (float(2**54 + 2), 2.0) and r.note == "2 entries differ"
+
+
+def test_strings_compare_by_their_text_whether_stored_as_text_or_utf8_bytes():
+    assert row(np.array("max_steps"), np.array(b"max_steps")).ok
+    assert row(np.array(["a", "bé"]), np.array(["a".encode(), "bé".encode()])).ok
+    assert row(np.array([b"ab", b"c"]), np.array(["ab", "c"], dtype="<U7")).ok
+    r = row(np.array(["ab", "c"]), np.array([b"ab", b"d"]))
+    assert (r.ok, r.note) == (False, "1 entries differ")
+    r = row(np.array("ab"), np.array(b"a\xff"))
+    assert (r.ok, r.note) == (False, "actual holds bytes that are not UTF-8 text (invalid start byte at byte 1)")
+
+
+def test_structured_and_raw_arrays_compare_exactly_against_their_own_dtype_only():
+    fields = np.zeros(2, dtype=[("a", "<f8"), ("n", "<i4")])
+    assert row(fields, fields.copy()).ok
+    changed = fields.copy()
+    changed["n"][1] = 1
+    assert (row(fields, changed).ok, row(fields, changed).note) == (False, "1 entries differ")
+    r = row(fields, np.zeros(2, dtype=[("b", "<f8"), ("n", "<i4")]))
+    assert (r.ok, r.note) == (False, "actual is [('b', '<f8'), ('n', '<i4')], expected [('a', '<f8'), ('n', '<i4')]: "
+                                     "values of different dtypes")
+    assert row(np.zeros(2, dtype="V4"), np.zeros(2, dtype="V4")).ok
+    r = row(np.zeros(2, dtype="V4"), np.zeros(2, dtype="V8"))
+    assert (r.ok, r.note) == (False, "actual is |V8, expected |V4: values of different dtypes")
+
+
 def test_storage_never_decides_a_verdict():
     x = np.array([1.5, -2.25, 0.0])
     assert row(x, x.astype(">f8")).ok                              # big-endian, same values
@@ -255,6 +288,21 @@ def test_cli_storage_details_and_nonfinite(files, capsys):
     assert main(["compare", str(d / "e.npz"), str(d / "f32.npz"), "--input", str(d / "e.npz")]) == 2
     assert main(["compare", str(d / "e.npz"), str(d / "f32.npz"), "--rtol", "1"]) == 1
     assert "actual is float32, less precise than expected float64" in capsys.readouterr().out
+
+
+def test_cli_arrays_of_no_common_dtype_are_a_fail_row_and_exit_1(files, capsys):
+    d, e = files
+    actual = {**e, "model": np.array(b"shallow"), "ids": np.array([0, 1, 2**62 + 1]),
+              "rec": np.zeros(2, dtype=[("b", "<f8")]), "raw": np.zeros(3, dtype="V8")}
+    save_npz(d / "e.npz", {**e, "ids": np.array([0, 1, 2**62]), "rec": np.zeros(2, dtype=[("a", "<f8")]),
+                           "raw": np.zeros(3, dtype="V4")})
+    assert _compare(d, actual) == 1
+    out = capsys.readouterr().out
+    assert re.search(r"\nmodel +\[\] .* exact +- +ok\n", out)                  # bytes and text: the same text
+    assert re.search(r"\nids +\[3\] +1\.000e\+00 .* FAIL \(1 entries differ\)\n", out)
+    assert "FAIL (actual is [('b', '<f8')], expected [('a', '<f8')]: values of different dtypes)" in out
+    assert "FAIL (actual is |V8, expected |V4: values of different dtypes)" in out
+    assert "\nFAIL: 2/5 arrays agree; failing: ids, rec, raw\n" in out
 
 
 def test_cli_longdouble_exact_is_a_verdict(files, capsys):

@@ -22,7 +22,12 @@ dtypes only matter through their *category* and precision:
   types), provided the actual array is at least as precise as the expected one (a float32 result
   against float64 expected fails: it cannot meet a float64 policy);
 * integers against integers of any width or signedness, booleans against booleans and strings
-  against strings: compared exactly, by value (tolerances do not apply);
+  against strings: compared exactly, by value (tolerances do not apply); an integer error is the exact
+  difference of the two integers, rounded once to a float for the report; a byte string (``S``) is text
+  in UTF-8 (of which ASCII is a part), so ``b"max_steps"`` equals ``"max_steps"``, and bytes that are
+  not UTF-8 fail against text;
+* any other dtype (structured, raw bytes ``V``) against the same dtype: compared exactly, entry by
+  entry; against another dtype it fails;
 * any other pairing (float against int, ...) fails, as does a shape mismatch.
 
 NaN or an infinity anywhere in a floating-point array, expected or actual, fails that array
@@ -317,6 +322,8 @@ class _Scan:
                 else:
                     # integers by their own values (a float64 copy would merge those beyond 2^53)
                     bad = (ca != ce) | (np.signbit(ca) != np.signbit(ce)) if floating else fa[part] != fe[part]
+                    if not floating:
+                        diff, rel = self._integer_errors(fe[part], fa[part], bad)
             self.max_abs = max(self.max_abs, float(diff.max(initial=0.0)))
             self.max_rel = max(self.max_rel, float(rel.max(initial=0.0)))
             self.any_nonzero = self.any_nonzero or bool((ce != 0).any())
@@ -326,6 +333,25 @@ class _Scan:
                 k = int(np.argmax(masked))
                 if masked[k] > self.worst_diff:
                     self.worst, self.worst_diff = part.start + k, float(masked[k])
+
+    @staticmethod
+    def _integer_errors(e: np.ndarray, a: np.ndarray, differ: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(|a − e|, |a − e| / |e|) of integer arrays, 0 where ``differ`` is False, each computed exactly
+        from the integers' own values and rounded once to float64: in float64 where both are within ±2^53
+        (exact there), as Python integers elsewhere (a float64 copy merges integers beyond 2^53, and an
+        integer dtype's difference can wrap around)."""
+        def exact(x):
+            return (x >= -2**53) & (x <= 2**53)
+
+        small = differ & exact(e) & exact(a)
+        with np.errstate(all="ignore"):
+            diff = np.where(small, np.abs(a.astype(np.float64) - e.astype(np.float64)), 0.0)
+            rel = np.where(small & (e != 0), diff / np.abs(e.astype(np.float64)), 0.0)
+        for k in np.flatnonzero(differ & ~small):
+            x, y = int(e[k]), int(a[k])
+            diff[k] = float(abs(y - x))
+            rel[k] = abs(y - x) / abs(x) if x else 0.0    # int / int: correctly rounded
+        return diff, rel
 
     def nonfinite_text(self, shape: tuple, labels: tuple[str, str]) -> str:
         """"expected holds NaN at index (3,)" for each side with a non-finite entry, joined by "; "."""
@@ -396,8 +422,7 @@ def compare_one(name: str, expected: np.ndarray, actual: np.ndarray, tol: Mappin
     if e.shape != a.shape:
         return Row(name, e.shape, None, None, text, False, f"shape {list(a.shape)} != {labels[0]} {list(e.shape)}")
     if ce not in ("floating-point", "integer"):
-        equal = bool(np.array_equal(e, a))
-        return Row(name, e.shape, None, None, "exact", equal, "" if equal else f"{int(np.sum(e != a))} entries differ")
+        return _compare_exact(name, e, a, labels)
     integer = ce == "integer"
     bounded = not integer and not (_is_exact(tol) and "head" not in tol)
     scan = _Scan(e, a, tol, np.result_type(e.dtype, a.dtype), bounded)
@@ -413,6 +438,36 @@ def compare_one(name: str, expected: np.ndarray, actual: np.ndarray, tol: Mappin
         note = f"{scan.n_bad} entries differ"
     return Row(name, e.shape, scan.max_abs, max_rel, "exact" if integer else text,
                not nonfinite and not scan.n_bad, nonfinite or note, scan.ratio if bounded else None)
+
+
+def _as_text(x: np.ndarray, label: str) -> np.ndarray | str:
+    """A string array as text: ``S`` bytes decoded as UTF-8 (ASCII included); the reason when they are not
+    UTF-8."""
+    if x.dtype.kind != "S":
+        return x
+    try:
+        return np.char.decode(x, "utf-8")
+    except UnicodeDecodeError as exc:
+        return f"{label} holds bytes that are not UTF-8 text ({exc.reason} at byte {exc.start})"
+
+
+def _compare_exact(name: str, e: np.ndarray, a: np.ndarray, labels: tuple[str, str]) -> Row:
+    """The row of two same-shaped arrays of a non-numeric category (booleans, strings, structured or raw
+    ``V`` data), compared exactly: strings by their text (:func:`_as_text` when one side is bytes), other
+    dtypes only against the same dtype."""
+    def row(ok: bool, note: str = "") -> Row:
+        return Row(name, e.shape, None, None, "exact", ok, note)
+
+    if _category(e.dtype) == "string" and e.dtype.kind != a.dtype.kind:
+        e, a = _as_text(e, labels[0]), _as_text(a, labels[1])
+        for side in (e, a):
+            if isinstance(side, str):
+                return row(False, side)
+    elif _category(e.dtype) not in ("string", "boolean") and e.dtype != a.dtype:
+        return row(False, f"{labels[1]} is {a.dtype.descr if a.dtype.names else a.dtype}, {labels[0]} "
+                          f"{e.dtype.descr if e.dtype.names else e.dtype}: values of different dtypes")
+    differ = int(np.count_nonzero(e != a))
+    return row(not differ, f"{differ} entries differ" if differ else "")
 
 
 def compare_arrays(expected: Mapping[str, np.ndarray], actual: Mapping[str, np.ndarray],
