@@ -122,6 +122,26 @@ def test_cli_checks_our_own_and_a_users_gradients(tmp_path, capsys):
     assert "grad_W_kq" in out and "FAIL" in out and "(1, 0)" in out
 
 
+def test_cli_names_the_models_gradients_it_was_not_given(tmp_path, capsys):
+    """A verdict never claims more than was checked: the model's gradients GRADS.npz lacks are named in it."""
+    inp = _twostage_input(tmp_path)
+    assert main(["eval", str(inp), "-o", str(tmp_path / "out.npz"), "-q"]) == 0
+    grads = load_npz(tmp_path / "out.npz")
+    save_npz(tmp_path / "one.npz", {"grad_W_ov": grads["grad_W_ov"], "note": np.zeros(1)})
+    assert main(["gradcheck", str(inp), str(tmp_path / "one.npz")]) == 0
+    out = capsys.readouterr().out
+    assert out.endswith("(not gradients, ignored: note)\nok: 1 arrays agree; not given, so not checked: grad_W_kq, "
+                        "grad0_W_ov\n"), out
+    wrong = grads["grad_W_ov"].copy()
+    wrong[0, 0] += 1.0
+    save_npz(tmp_path / "wrong.npz", {"grad_W_ov": wrong, "grad0_W_ov": grads["grad0_W_ov"]})
+    assert main(["gradcheck", str(inp), str(tmp_path / "wrong.npz")]) == 1
+    assert capsys.readouterr().out.endswith("FAIL: 1/2 arrays agree; failing: grad_W_ov; not given, so not checked: "
+                                            "grad_W_kq\n")
+    assert main(["gradcheck", str(inp), str(tmp_path / "out.npz")]) == 0                 # every one given
+    assert capsys.readouterr().out.endswith("\nok: 3 arrays agree\n")
+
+
 def test_cli_bad_gradient_names(tmp_path, capsys):
     inp = _twostage_input(tmp_path)
     save_npz(tmp_path / "g.npz", {"grad_W_qk": np.zeros((5, 5))})

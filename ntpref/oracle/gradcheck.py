@@ -18,8 +18,9 @@ follow the ``ntpref eval`` outputs: ``grad_P`` is dL/dP of the output ``loss`` f
 ``grad0_P`` is dL0/dP of ``loss0`` (the twostage collocation loss); other arrays (``f``, ``logits``,
 ...) are ignored, so a whole eval output may be given. Without GRADS.npz our own closed-form
 gradients (``ntpref eval``) are checked. Every given array has at least one entry checked
-(``--max-entries`` >= 1); the report says how many entries of each array were. Exit 0 when all
-agree, 1 otherwise, 2 on bad input (messages name the file).
+(``--max-entries`` >= 1); the report says how many entries of each array were. A gradient of the
+model that GRADS.npz lacks is not checked, and the verdict line names it ("not given, so not checked:
+grad_W_kq"). Exit 0 when all given agree, 1 otherwise, 2 on bad input (messages name the file).
 """
 from __future__ import annotations
 
@@ -161,9 +162,11 @@ def _handle(args) -> int:
     if not targets:
         raise InputError(f"{source}: no gradient arrays (named grad_P or grad0_P)")
     report = _check(targets, inputs, given, args.eps, args.rtol, args.atol, args.max_entries, args.seed)
-    print(report)
+    not_given = [name for name in ours if _GRAD.fullmatch(name) and name not in given]
+    print(report.table())
     if ignored and args.grads:
         print(f"(not gradients, ignored: {', '.join(ignored)})")
+    print(report.summary() + (f"; not given, so not checked: {', '.join(not_given)}" if not_given else ""))
     return 0 if report.ok else 1
 
 
