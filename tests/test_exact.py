@@ -27,6 +27,9 @@
 import copy
 import json
 import math
+import re
+import signal
+import time
 
 import mpmath
 import numpy as np
@@ -454,6 +457,49 @@ def test_certify_command_exit_statuses(capsys, monkeypatch):
 
     assert main(["certify", "indrnn_evl"]) == 2
     assert "did you mean 'indrnn_eval'" in capsys.readouterr().err
+
+
+def _stalled_once(monkeypatch) -> list:
+    """Let the first exact run of certify stall (a Python loop, as a long mpmath run is) and the later ones
+    run; the list collects the cases whose exact run finished."""
+    exact, finished = certify.exact_backend(), []
+    compute = exact.compute
+
+    def stalling(kind, arrays, as_float=True):
+        if not finished and not getattr(stalling, "stalled", False):
+            stalling.stalled = True
+            while True:
+                time.sleep(0.01)
+        finished.append(kind)
+        return compute(kind, arrays, as_float=as_float)
+
+    monkeypatch.setattr(exact, "compute", stalling)
+    return finished
+
+
+def test_certify_timeout_stops_a_case_names_it_and_certifies_the_rest(capsys, monkeypatch):
+    certify.certify_case(BY_ID["shallow_eval_mask_tau"])     # compiled and loaded: the bound is for the stall
+    finished = _stalled_once(monkeypatch)
+    monkeypatch.setattr(certify, "HEARTBEAT", 0.2)
+    assert main(["certify", "indrnn_eval", "shallow_eval_mask_tau", "--random", "0", "--timeout", "4"]) == 1
+    captured = capsys.readouterr()
+    out, err = captured.out, captured.err
+    assert "indrnn_eval            [eval, numba] not certified: stopped at the time bound of 4 s (--timeout)\n" in out
+    assert "shallow_eval_mask_tau  [eval, numba; exact backend" in out and "FAIL" not in out and finished == ["eval"]
+    assert "\nnot certified, stopped at the time bound of 4 s: indrnn_eval\n" in out
+    assert re.search(r"\n\d+ arrays of 1 cases: every error within its float64 tolerance\n$", out), out
+    assert re.search(r"^certify: 0/2 \(0\.0 s elapsed\)\n(certify: indrnn_eval running for \d s \(case 1 of 2\)\n)+"
+                     r"certify: 1/2 ", err), err
+    assert re.search(r"\ncertify: 2/2 \([\d.]+ s elapsed\)\n$", err) and "Traceback" not in err
+    assert signal.getsignal(signal.SIGALRM) == signal.SIG_DFL and signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+
+
+def test_certify_quiet_prints_no_progress_and_refuses_a_timeout_that_is_no_positive_number(capsys):
+    assert main(["certify", "indrnn_eval", "--random", "0", "-q", "--timeout", "600"]) == 0
+    assert capsys.readouterr().err == ""
+    for value in ("0", "-1", "nan", "inf", "abc"):
+        assert main(["certify", "indrnn_eval", "--timeout", value]) == 2
+        assert f"expected a positive number, got '{value}'" in capsys.readouterr().err
 
 
 @pytest.mark.slow

@@ -28,6 +28,11 @@ direction approximates within the case's tolerance) are named in the case's note
 ``steps``: a train case is cut to at most that many updates per stage (``T0``, ``T``, ``steps``), and its
 tolerances are then the float64 policy's for the cut input (:func:`truncated`).
 
+``timeout``: a time bound in seconds on each case (oracle and exact run; :func:`certify_case` raises
+:class:`CaseTimeout` past it, and the command reports the case as not certified, by name, with exit
+status 1). While a case runs the command prints a progress line on stderr every :data:`HEARTBEAT` seconds
+(``-q`` silences them), with the cases done so far (:class:`ntpref.progress.Progress`).
+
 The exact backend (mpmath) is imported when a certification runs. ``--record`` stores, besides each array's
 err/tol, the case's calibrated tolerances (:meth:`Case.calibrate`, from the same exact run), which
 ``ntpref conformance`` then judges the stored cases by without an exact run of its own.
@@ -35,13 +40,16 @@ err/tol, the case's calibrated tolerances (:meth:`Case.calibrate`, from the same
 from __future__ import annotations
 
 import math
+import signal
+import threading
 import time
 from collections.abc import Iterable, Mapping
+from contextlib import contextmanager
 from typing import NamedTuple
 
 import numpy as np
 
-from ..checks import check_backend, did_you_mean, integer_at_least
+from ..checks import check_backend, did_you_mean, integer_at_least, positive_argument
 from ..errors import InputError
 from ..rounding import U
 from .cases import DEFAULT_RANDOM, TRAJECTORIES, Case, random_cases, stored_cases
@@ -51,6 +59,12 @@ from .exactness import differences, exact_backend
 from .reference import KINDS
 
 _NOT_COMPUTED = "not computed by the exact backend"
+#: Seconds between two progress lines of a running case.
+HEARTBEAT = 30.0
+
+
+class CaseTimeout(Exception):
+    """A case ran past its time bound (:func:`time_bound`)."""
 
 
 class Row(NamedTuple):
@@ -107,7 +121,9 @@ class CaseResult(NamedTuple):
     the oracle's output order), ``not_certified`` (name → why, the oracle's outputs the exact backend does
     not compute), ``notes`` (inputs the exact backend does not read, and what it does instead),
     ``seconds``, the exact backend's run time, and ``calibrated``, the case's calibrated tolerances measured
-    on the way (name → tolerance, :meth:`Case.calibrate`; None for a kind conformance does not check)."""
+    on the way (name → tolerance, :meth:`Case.calibrate`; None for a kind conformance does not check);
+    ``over_time``: the time bound the case ran past (then nothing of it is certified and ``rows`` is
+    empty), else None (:meth:`timed_out`)."""
 
     case: str
     model: str
@@ -119,14 +135,24 @@ class CaseResult(NamedTuple):
     notes: tuple
     seconds: float
     calibrated: dict | None = None
+    over_time: float | None = None
+
+    @classmethod
+    def timed_out(cls, case: Case, backend: str, steps: int | None, bound: float) -> CaseResult:
+        """The result of ``case`` stopped at its time bound of ``bound`` seconds: nothing certified."""
+        return cls(case.id, case.model, case.kind, backend, steps if case.kind == "train" else None, (), {}, (),
+                   bound, None, bound)
 
     @property
     def ok(self) -> bool:
-        return all(row.ok for row in self.rows)
+        return self.over_time is None and all(row.ok for row in self.rows)
 
     def lines(self, width: int = 0) -> list[str]:
         """A header (kind, cut, run time), the notes, one line per row, the not-certified outputs."""
         cut = f", at most {self.steps} updates per stage" if self.steps is not None else ""
+        if self.over_time is not None:
+            return [f"{self.case:<{width}}  [{self.kind}{cut}, {self.backend}] not certified: stopped at the time "
+                    f"bound of {self.over_time:g} s (--timeout)"]
         out = [f"{self.case:<{width}}  [{self.kind}{cut}, {self.backend}; exact backend {self.seconds:.1f} s]"]
         out += [f"{self.case:<{width}}  note: {note}" for note in self.notes]
         out += [row.line(width) for row in self.rows]
@@ -181,7 +207,11 @@ class Report(list):
             missing.setdefault(result.model, {}).update(dict.fromkeys(result.not_certified))
         lines += [f"not certified ({model}): {', '.join(names)}" for model, names in missing.items() if names]
         failed = [row for row in self.rows if not row.ok]
-        lines.append(f"{len(self.rows)} arrays of {len(self)} cases: " + (
+        late = [result for result in self if result.over_time is not None]
+        if late:
+            lines.append(f"not certified, stopped at the time bound of {late[0].over_time:g} s: "
+                         f"{', '.join(result.case for result in late)}")
+        lines.append(f"{len(self.rows)} arrays of {len(self) - len(late)} cases: " + (
             f"{len(failed)} beyond their float64 tolerance: " + ", ".join(f"{r.case} {r.name}"
                                                                           f"{' ' + r.where if r.where else ''}"
                                                                           for r in failed)
@@ -285,7 +315,55 @@ def select(names: Iterable[str], random: int, seed: int, root=None, kinds: Itera
     return chosen + [c for c in random_cases(None, random, seed) if c.kind in kinds]
 
 
+@contextmanager
+def time_bound(seconds: float | None):
+    """Raise :class:`CaseTimeout` in this (the main) thread once ``seconds`` have passed inside the block (a
+    real-time timer signal, SIGALRM: Python code, the exact backend's, stops at its next bytecode; a Numba
+    kernel call at its return). None: no bound."""
+    if seconds is None:
+        yield
+        return
+    if not hasattr(signal, "setitimer") or threading.current_thread() is not threading.main_thread():
+        raise InputError("--timeout needs a POSIX system and the main thread (a real-time timer signal)")
+
+    def expire(signum, frame):
+        raise CaseTimeout(seconds)
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, min(max(seconds, 1e-6), 2.0 ** 31))   # 0 would switch it off
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+@contextmanager
+def heartbeat(progress, case: str, done: int, total: int):
+    """Progress of the command while case ``case`` (the ``done + 1``-th of ``total``) runs in the block:
+    ``progress("certify", done, total)`` before and ``done + 1`` after it (the cases done, time elapsed and
+    left: :class:`ntpref.progress.Progress`), and from a thread, every :data:`HEARTBEAT` seconds while it
+    runs, a line ``certify: CASE running for 60 s (case 2 of 7)``, so a long case is never silent."""
+    stop, start = threading.Event(), time.perf_counter()
+
+    def beat():
+        while not stop.wait(HEARTBEAT):
+            progress.note(f"certify: {case} running for {time.perf_counter() - start:.0f} s "
+                          f"(case {done + 1} of {total})")
+
+    progress("certify", done, total)
+    thread = threading.Thread(target=beat, daemon=True, name="ntpref-certify-progress")
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+    progress("certify", done + 1, total)
+
+
 def _handle(args) -> int:
+    from ..progress import Progress
     from .reference import default_root, record_certified
 
     if args.record and (args.steps is not None or args.backend != "numba"):
@@ -294,15 +372,21 @@ def _handle(args) -> int:
     random = args.random if args.random is not None else (0 if args.cases else DEFAULT_RANDOM)
     cases = select(args.cases, random, args.seed, args.root, args.kind or KINDS)
     width = max((len(case.id) for case in cases), default=0)
-    report = Report()
-    for case in cases:
-        report.append(certify_case(case, args.backend, args.steps))
-        print("\n".join(report[-1].lines(width)), flush=True)
+    report, progress = Report(), Progress(enabled=not args.quiet, every=0.0)   # a line per case
+    for i, case in enumerate(cases):
+        with heartbeat(progress, case.id, i, len(cases)):
+            try:
+                with time_bound(args.timeout):
+                    result = certify_case(case, args.backend, args.steps)
+            except CaseTimeout:
+                result = CaseResult.timed_out(case, args.backend, args.steps, args.timeout)
+        report.append(result)
+        print("\n".join(result.lines(width)), flush=True)
     print(report.summary())
     if args.record:
         known = stored(args.root)
         ratios = {r.case: {row.name: row.ratio for row in r.rows if math.isfinite(row.ratio)}
-                  for r in report if r.case in known}
+                  for r in report if r.case in known and r.over_time is None}
         calibrated = {r.case: r.calibrated for r in report if r.case in known and r.calibrated is not None}
         root = args.root or default_root()
         record_certified(root, ratios, calibrated)
@@ -320,7 +404,7 @@ def register(subparsers) -> None:
                               "float64 inputs): per case and array the largest error in units of u·max|value| "
                               "and as a fraction of the case's float64 tolerance, at every element (every step of "
                               "a trajectory), and where it is largest (docs/exact.md). Exit 0 every error within "
-                              "its tolerance, 1 any beyond, 2 usage error.")
+                              "its tolerance, 1 any beyond or a case stopped at --timeout, 2 usage error.")
     p.add_argument("cases", nargs="*", metavar="CASE",
                    help="stored cases (default: every stored case of the selected kinds)")
     p.add_argument("--kind", action="append", choices=KINDS,
@@ -335,6 +419,10 @@ def register(subparsers) -> None:
                    help="seed of the random cases (default 0)")
     p.add_argument("--backend", choices=("numba", "numpy"), default="numba", help="the oracle's backend")
     p.add_argument("--root", metavar="DIR", help="reference directory of the stored cases (default: as ntpref verify)")
+    p.add_argument("--timeout", type=positive_argument, metavar="SECONDS",
+                   help="time bound of each case: a case still running after it is stopped and reported as not "
+                        "certified (exit 1). Default: none")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
     p.add_argument("--record", action="store_true",
                    help="store each stored case's certified err/tol per array in the manifest (ntpref verify "
                         "prints it) and its calibrated tolerances (what ntpref conformance judges by); regen, "
