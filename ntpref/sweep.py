@@ -13,6 +13,13 @@ given the grid ignores, with a warning, files of the directory that are not cell
 grid's cells, other files). :func:`copy_equivalent` fills cells from another grid's finished cells that
 compute the same result, so two experiments that share cells compute them once.
 
+What a cell holds: given ``expect(params) -> {name: CellArray}`` (the arrays the cell function returns for
+those parameters), a cell file whose arrays are not those (one missing or extra, another dtype or shape, a
+value out of its range: :func:`cell_fault`) is not a finished cell either. NaN and inf where the cell
+function gives finite values do not make a file unfinished (the computation is deterministic, so computing
+it again would give them again when they are its result): :func:`nonfinite_arrays` names them, for the
+summary to say so.
+
 Executors: a local process pool (default, ``workers`` processes, spawn start method so Numba's threads are
 never forked; they ignore SIGINT, and are stopped when the sweep is interrupted), a Dask distributed
 cluster (``scheduler="tcp://HOST:PORT"``, which must answer within :data:`SCHEDULER_TIMEOUT` seconds), a
@@ -25,6 +32,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import multiprocessing
 import os
 import signal
@@ -79,6 +87,57 @@ class SweepSummary:
     computed: int
     skipped: int
     seconds: float
+
+
+@dataclass(frozen=True)
+class CellArray:
+    """One array a cell function returns: its dtype ("f8", "i8", or "U": a string of any length), its shape,
+    the closed interval [low, high] its finite values lie in, and whether NaN and inf are among the values the
+    cell function gives (``nonfinite``: e.g. the losses of a run that diverged)."""
+
+    dtype: str
+    shape: tuple[int, ...] = ()
+    low: float = -math.inf
+    high: float = math.inf
+    nonfinite: bool = False
+
+
+def _dtype_text(dtype: np.dtype) -> str:
+    return {"U": "a string", "S": "bytes"}.get(dtype.kind, str(dtype))
+
+
+def cell_fault(arrays: Mapping[str, np.ndarray], expected: Mapping[str, CellArray]) -> str | None:
+    """Why ``arrays`` (a cell file's, ``cell_params`` and ``cell_version`` taken out) are not what the cell
+    function returns (``expected``), in one line, or None when they are: arrays missing or unexpected, another
+    dtype or shape, finite values outside [low, high] (the least and the largest are named). NaN and inf are
+    :func:`nonfinite_arrays`' to name, not faults."""
+    missing = [n for n in expected if n not in arrays]
+    extra = [n for n in arrays if n not in expected]
+    parts = ([f"missing array(s) {', '.join(missing)}"] if missing else []) + \
+            ([f"unexpected array(s) {', '.join(extra)}"] if extra else [])
+    for name, want in expected.items():
+        a = arrays.get(name)
+        if a is None:
+            continue
+        if a.dtype.kind != "U" if want.dtype == "U" else a.dtype != np.dtype(want.dtype):
+            parts.append(f"{name} is {_dtype_text(a.dtype)}, not {_dtype_text(np.dtype(want.dtype))}")
+        elif a.shape != tuple(want.shape):
+            parts.append(f"{name} has shape {a.shape}, not {tuple(want.shape)}")
+        elif a.dtype.kind in "fi" and a.size:
+            finite = a[np.isfinite(a)]
+            if finite.size and finite.min() < want.low:
+                parts.append(f"{name} holds {finite.min().item()!r}, below its least value {want.low:g}")
+            if finite.size and finite.max() > want.high:
+                parts.append(f"{name} holds {finite.max().item()!r}, above its largest value {want.high:g}")
+    return "; ".join(parts) or None
+
+
+def nonfinite_arrays(arrays: Mapping[str, np.ndarray], expected: Mapping[str, CellArray]) -> list[str]:
+    """The names of the float arrays of ``arrays`` holding NaN or inf where ``expected`` says the cell function
+    gives finite values only."""
+    return [name for name, a in arrays.items()
+            if a.dtype.kind == "f" and name in expected and not expected[name].nonfinite
+            and not np.all(np.isfinite(a))]
 
 
 def _call(fn: Callable, params: dict) -> dict:
@@ -236,9 +295,11 @@ def _other_version(path: Path, stored: int, version: int) -> str:
             f"{version}")
 
 
-def _finished(path: Path, params: Mapping, *, warn: bool, version: int = 1) -> dict[str, np.ndarray] | None:
-    """The arrays of ``path`` when it holds the result of the cell ``params`` computed by ``version``, else
-    None; with ``warn``, a file that exists but does not is reported with a warning (the sweep recomputes it)."""
+def _finished(path: Path, params: Mapping, *, warn: bool, version: int = 1,
+              expect: Callable[[dict], Mapping[str, CellArray]] | None = None) -> dict[str, np.ndarray] | None:
+    """The arrays of ``path`` when it holds the result of the cell ``params`` computed by ``version`` (and, with
+    ``expect``, the arrays the cell function returns: :func:`cell_fault`), else None; with ``warn``, a file
+    that exists but does not is reported with a warning (the sweep recomputes it)."""
     if not os.path.lexists(path):
         return None
     if os.path.islink(path):   # written through, it would replace the file of the cell it points at
@@ -260,6 +321,11 @@ def _finished(path: Path, params: Mapping, *, warn: bool, version: int = 1) -> d
         if warn:
             warnings.warn(f"recomputing {_other_version(path, stored_version, version)}", stacklevel=3)
         return None
+    fault = None if expect is None else cell_fault(arrays, expect(dict(params)))
+    if fault is not None:
+        if warn:
+            warnings.warn(f"recomputing {path}: {fault}", stacklevel=3)
+        return None
     return arrays
 
 
@@ -276,7 +342,8 @@ def _write_cell(path: Path, params: Mapping, result: Mapping, version: int = 1) 
 
 
 def copy_equivalent(cells: list[dict], outdir: str | os.PathLike,
-                    sources: Callable[[dict], Iterable[tuple[Path, dict]]], version: int = 1) -> int:
+                    sources: Callable[[dict], Iterable[tuple[Path, dict]]], version: int = 1,
+                    expect: Callable[[dict], Mapping[str, CellArray]] | None = None) -> int:
     """Fill the cells of the grid that are not finished in ``outdir`` from finished cells of another grid that
     compute the same result; returns how many were copied.
 
@@ -284,16 +351,17 @@ def copy_equivalent(cells: list[dict], outdir: str | os.PathLike,
     another experiment's cell with other parameter names); the first whose file there loads and holds those
     parameters is copied, its arrays unchanged, under ``cell``'s own parameters (replacing a file in ``outdir``
     that is not a finished cell) and ``version``, the version of ``outdir``'s cells (an equivalent cell is
-    the same computation, so a change of one target's cells changes the other's). Files that do not are
-    passed over silently: they belong to the other grid, whose own runs report them."""
+    the same computation, so a change of one target's cells changes the other's) and, with ``expect``, holding
+    what ``cell``'s function returns. Files that do not are passed over silently: they belong to the other
+    grid, whose own runs report them."""
     outdir, copied = Path(outdir), 0
     for cell in cells:
         target = outdir / f"{cell_key(cell)}.npz"
-        if _finished(target, cell, warn=False, version=version) is not None:
+        if _finished(target, cell, warn=False, version=version, expect=expect) is not None:
             continue
         for directory, params in sources(cell):
             arrays = _finished(Path(directory) / f"{cell_key(params)}.npz", params, warn=False, version=version)
-            if arrays is not None:
+            if arrays is not None and (expect is None or cell_fault(arrays, expect(dict(cell))) is None):
                 outdir.mkdir(parents=True, exist_ok=True)
                 _write_cell(target, cell, arrays, version)
                 copied += 1
@@ -304,13 +372,14 @@ def copy_equivalent(cells: list[dict], outdir: str | os.PathLike,
 def run_sweep(fn: Callable[..., Mapping], cells: list[dict], outdir: str | os.PathLike, *, workers: int = 1,
               scheduler: str | None = None, dask_local: int | None = None, executor=None,
               progress: Callable[[str, int, int], None] | None = None, label: str = "cells",
-              version: int = 1) -> SweepSummary:
+              version: int = 1, expect: Callable[[dict], Mapping[str, CellArray]] | None = None) -> SweepSummary:
     """Compute every cell whose result file is missing in ``outdir``; write each result atomically.
 
     fn: a module-level (picklable) function; ``fn(**cell)`` returns a dict of arrays/scalars.
     workers: local processes (1 = run in this process, no pool). scheduler / dask_local (N >= 1 workers) /
     executor: see module docstring. progress(label, done, total) is called after each finished cell (done
     counts skipped cells). version: the cells' ``cell_version`` (files of another version are recomputed).
+    expect(params): the arrays ``fn(**params)`` returns (files holding others are recomputed).
     A failing cell re-raises after the cells already finished are saved.
     """
     for name, value in (("workers", workers), ("dask_local", dask_local)):
@@ -324,7 +393,8 @@ def run_sweep(fn: Callable[..., Mapping], cells: list[dict], outdir: str | os.Pa
     keys = [cell_key(c) for c in cells]
     if len(set(keys)) != len(keys):
         raise InputError("sweep: two cells have the same parameters")
-    found = {k: _finished(outdir / f"{k}.npz", c, warn=True, version=version) for k, c in zip(keys, cells)}
+    found = {k: _finished(outdir / f"{k}.npz", c, warn=True, version=version, expect=expect)
+             for k, c in zip(keys, cells)}
     odd = _odd_cells({k: (c, a) for (k, a), c in zip(found.items(), cells) if a is not None})
     for key, why in odd.items():
         warnings.warn(f"recomputing {outdir / f'{key}.npz'}: {why}", stacklevel=2)
@@ -413,13 +483,15 @@ def _odd_cells(finished: Mapping[str, tuple[dict, Mapping[str, np.ndarray]]]) ->
 
 
 def load_results(outdir: str | os.PathLike, cells: list[dict] | None = None, version: int | None = None,
-                 siblings: set[str] = frozenset()) -> list[tuple[dict, dict[str, np.ndarray]]]:
+                 siblings: set[str] = frozenset(), expect: Callable[[dict], Mapping[str, CellArray]] | None = None
+                 ) -> list[tuple[dict, dict[str, np.ndarray]]]:
     """The finished cells in ``outdir`` as (params, arrays), sorted by cell key: every ``.npz`` file, or
     with ``cells`` those of that grid (other files are ignored, with a warning unless their key is among
     ``siblings``: cells of the same sweep for other seeds).
 
     A file that is not a finished cell (does not load, no ``cell_params``, another cell's parameters, with
-    ``version`` another ``cell_version``) is an InputError naming it and saying how to fix it.
+    ``version`` another ``cell_version``, with ``expect`` arrays other than the cell function returns:
+    :func:`cell_fault`) is an InputError naming it and saying how to fix it.
     """
     outdir = Path(outdir)
     paths = sorted(outdir.glob("*.npz"))
@@ -438,6 +510,9 @@ def load_results(outdir: str | os.PathLike, cells: list[dict] | None = None, ver
                 raise InputError(f"{path}: holds the cell {params}, not {wanted[path.stem]}")
             if version is not None and stored_version != version:
                 raise InputError(_other_version(path, stored_version, version))
+            fault = None if expect is None else cell_fault(arrays, expect(params))
+            if fault is not None:
+                raise InputError(f"{path}: {fault}")
         except InputError as exc:
             raise InputError(f"{exc}; it is not a finished cell: delete it, or run the sweep again to "
                              "recompute it") from None

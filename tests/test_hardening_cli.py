@@ -178,6 +178,64 @@ def test_reproduce_recomputes_damaged_cells_and_ignores_foreign_files(tmp_path, 
         assert all(np.array_equal(again[k], arrays[k]) for k in arrays if k != "cpu_seconds"), name
 
 
+BAD_CELLS = {   # how a cell file is damaged -> the one line naming it (after "PATH: ")
+    "negative loss": (lambda a: {**a, "min_train_loss": np.float64(-0.5)},
+                      "min_train_loss holds -0.5, below its least value 0"),
+    "array missing": (lambda a: {k: v for k, v in a.items() if k != "final_val_loss"},
+                      "missing array(s) final_val_loss"),
+    "wrong shape": (lambda a: {**a, "train_loss": a["train_loss"][:3]}, "train_loss has shape (3,), not (5,)"),
+    "2-d scalar": (lambda a: {**a, "min_train_loss": np.ones((1, 1))}, "min_train_loss has shape (1, 1), not ()"),
+    "string value": (lambda a: {**a, "min_train_loss": np.array("0.5")}, "min_train_loss is a string, not float64"),
+    "another dtype": (lambda a: {**a, "train_loss": a["train_loss"].astype(np.float32)},
+                      "train_loss is float32, not float64"),
+    "extra array": (lambda a: {**a, "note": np.arange(2)}, "unexpected array(s) note"),
+}
+
+
+def test_a_bad_cell_is_named_in_one_line_and_recomputed_on_a_run(tmp_path, capsys, monkeypatch):
+    """Every cell is checked against what its target's cell returns (names, dtypes, shapes, ranges), also when no
+    majority of cells of its kind could tell it differs (two cells here)."""
+    monkeypatch.setitem(width.SIZES, "quick", {**TINY_WIDTH, "seeds": (1,)})
+    assert run(capsys, "reproduce", "width", "--out", tmp_path, "-q")[0] == 0
+    path = sorted((tmp_path / "width" / "quick" / "cells").iterdir())[0]
+    original = load_npz(path)
+    for damage, why in BAD_CELLS.values():
+        save_npz(path, damage(original))
+        status, err = run(capsys, "reproduce", "width", "--out", tmp_path, "-q", "--summarize-only")
+        assert (status, err) == (2, f"ntpref: error: {path}: {why}; it is not a finished cell: delete it, or run "
+                                    "the sweep again to recompute it\n")
+        status, err = run(capsys, "reproduce", "width", "--out", tmp_path, "-q")
+        assert (status, err) == (0, f"ntpref: warning: recomputing {path}: {why}\n")
+        again = load_npz(path)
+        assert again.keys() == original.keys()
+        assert all(np.array_equal(again[k], original[k]) for k in original if k != "cpu_seconds")
+
+
+@pytest.mark.parametrize("value", [np.nan, -np.inf])
+def test_a_cell_holding_nan_or_inf_is_left_out_of_the_summary_by_name(value, tmp_path, capsys, tiny_width):
+    """Such a cell is no damage a new run would repair (the computation is deterministic): it is kept, and the
+    summary is the one of the other cells, with a line naming it."""
+    assert run(capsys, "reproduce", "width", "--out", tmp_path, "-q")[0] == 0
+    path = sorted((tmp_path / "width" / "quick" / "cells").iterdir())[0]
+    without = tmp_path / "without"
+    shutil.copytree(path.parent, without / "width" / "quick" / "cells")
+    (without / "width" / "quick" / "cells" / path.name).unlink()
+    assert run(capsys, "reproduce", "width", "--out", without, "-q", "--summarize-only")[0] == 0
+    arrays = load_npz(path)
+    arrays["train_loss"][2] = value
+    save_npz(path, {**arrays, "min_train_loss": np.float64(value)})
+    assert run(capsys, "reproduce", "width", "--out", tmp_path, "-q") == (0, "")   # kept, not recomputed
+    summary = (tmp_path / "width" / "quick" / "summary.txt").read_text()
+    note = (f"left out of this summary: {path} holds NaN or inf in min_train_loss, train_loss (delete it to "
+            "compute it again)")
+    assert summary == (without / "width" / "quick" / "summary.txt").read_text().removesuffix("\n") + f"\n{note}\n"
+    for other in sorted(path.parent.iterdir()):
+        save_npz(other, {**load_npz(other), "final_val_loss": np.float64(np.nan)})
+    status, err = run(capsys, "reproduce", "width", "--out", tmp_path, "-q", "--summarize-only")
+    assert status == 2 and err.startswith(f"ntpref: error: {path.parent}: no finished cells to summarize "
+                                          f"(left out of this summary: {path} holds NaN or inf"), err
+
+
 def test_load_results_names_a_file_that_is_no_cell(tmp_path):
     write(tmp_path / "notes.npz", {"x": np.arange(3)})
     with pytest.raises(InputError, match=re.escape(f"{tmp_path / 'notes.npz'}: not a sweep cell (it has no "

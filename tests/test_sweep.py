@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 
 from ntpref.errors import InputError
-from ntpref.sweep import cell_key, copy_equivalent, grid, load_results, run_sweep
+from ntpref.sweep import (CellArray, cell_fault, cell_key, copy_equivalent, grid, load_results, nonfinite_arrays,
+                          run_sweep)
 
 
 def square_cell(x, seed):
@@ -164,3 +165,50 @@ def test_a_cell_whose_arrays_differ_from_its_kind_is_recomputed_and_never_summar
         with pytest.warns(UserWarning, match=rf"recomputing .*seed={seed}_x=2.0.npz"):
             assert run_sweep(square_cell, cells, tmp_path).computed == 1
         _check(tmp_path, cells)
+
+
+def square_arrays(x, seed):
+    """What square_cell returns."""
+    return {"y": CellArray("f8", low=0.0), "v": CellArray("f8", (3,))}
+
+
+def test_cell_fault_names_every_way_a_cell_differs_from_what_its_function_returns():
+    expected = {"loss": CellArray("f8", (2,), low=0.0), "n": CellArray("i8", low=0, high=3), "why": CellArray("U"),
+                "curve": CellArray("f8", (2,), nonfinite=True)}
+    good = {"loss": np.array([0.0, 1.5]), "n": np.int64(3), "why": np.array("max_steps"),
+            "curve": np.array([np.nan, 1.0])}
+    assert cell_fault(good, expected) is None and nonfinite_arrays(good, expected) == []
+    assert cell_fault({**good, "loss": np.array([-1e-300, 1.0])}, expected) == \
+        "loss holds -1e-300, below its least value 0"
+    assert cell_fault({**good, "n": np.int64(4)}, expected) == "n holds 4, above its largest value 3"
+    assert cell_fault({k: v for k, v in good.items() if k != "n"} | {"extra": np.ones(1)}, expected) == \
+        "missing array(s) n; unexpected array(s) extra"
+    assert cell_fault({**good, "loss": np.array(["0", "1"]), "why": np.float64(1.0)}, expected) == \
+        "loss is a string, not float64; why is float64, not a string"
+    assert cell_fault({**good, "why": np.array(b"max_steps")}, expected) == "why is bytes, not a string"
+    assert cell_fault({**good, "loss": np.zeros(3), "n": np.array([1])}, expected) == \
+        "loss has shape (3,), not (2,); n has shape (1,), not ()"
+    assert cell_fault({**good, "n": np.int32(1)}, expected) == "n is int32, not int64"
+    bad = {**good, "loss": np.array([np.inf, -2.0])}          # the range is checked on the finite values
+    assert cell_fault(bad, expected) == "loss holds -2.0, below its least value 0"
+    assert nonfinite_arrays({**good, "loss": np.array([np.nan, 1.0])}, expected) == ["loss"]
+
+
+def test_cells_holding_other_arrays_than_their_function_returns_are_recomputed_and_never_summarized(tmp_path):
+    from ntpref.npzio import load_npz, save_npz
+
+    cells = grid(seed=[0], x=[2.0])           # one cell: no other cell of its kind to compare with
+    expect = lambda params: square_arrays(**params)    # noqa: E731
+    run_sweep(square_cell, cells, tmp_path, expect=expect)
+    path = tmp_path / f"{cell_key(cells[0])}.npz"
+    save_npz(path, {**load_npz(path), "y": np.float64(-4.0)})
+    assert load_results(tmp_path, cells)[0][1]["y"] == -4.0                   # unchecked without expect
+    with pytest.raises(InputError, match=r"seed=0_x=2.0.npz: y holds -4.0, below its least value 0; it is not a "
+                                         r"finished cell"):
+        load_results(tmp_path, cells, expect=expect)
+    copies = tmp_path / "copies"
+    assert copy_equivalent(cells, copies, lambda c: [(tmp_path, c)], expect=expect) == 0   # not copied either
+    assert copy_equivalent(cells, copies, lambda c: [(tmp_path, c)]) == 1
+    with pytest.warns(UserWarning, match=r"recomputing .*seed=0_x=2.0.npz: y holds -4.0, below its least value 0"):
+        assert run_sweep(square_cell, cells, tmp_path, expect=expect).computed == 1
+    _check(tmp_path, cells)

@@ -6,6 +6,11 @@ A *target* is a module in this package with
   SIZES: dict[str, dict]                {"quick": {...}, "full": {...}} keyword arguments of ``cells``
   cells(**size) -> list[dict]           the grid of independent cells (see :mod:`ntpref.sweep`)
   cell(**params) -> dict[str, array]    computes one cell (module level, so it can be shipped to workers)
+  cell_arrays(**params)                 what ``cell(**params)`` returns: {name: :class:`ntpref.sweep.CellArray`}
+      -> dict[str, CellArray]           (dtype, shape, range of values, whether NaN is one of them); a cell
+                                        file holding anything else is recomputed on a run and refused by name
+                                        by a summary, and one holding NaN or inf where the cell gives finite
+                                        values is left out of the summary, which names it
   summarize(results, outdir) -> Summary builds the table and the PNG figures from the results directory
   CELL_VERSION: int                     optional (1 when absent): raised when a change of the code changes the
                                         cells' results, so cells of the old code are recomputed, never summarized
@@ -101,20 +106,44 @@ def run_target(name: str, size: str = "quick", out: str | Path = "results", *, w
         check_output(outdir / SUMMARY)
     cells = mod.cells(**config)
     version = getattr(mod, "CELL_VERSION", 1)
+
+    def expect(params):
+        return mod.cell_arrays(**params)
+
     if not summarize_only:
         if hasattr(mod, "equivalent_cell"):
-            copied = copy_equivalent(cells, celldir, lambda cell: _equivalents(mod, cell, Path(out)), version)
+            copied = copy_equivalent(cells, celldir, lambda cell: _equivalents(mod, cell, Path(out)), version,
+                                     expect)
             if copied and hasattr(progress, "note"):
                 progress.note(f"reproduce {name} ({size}): {copied} cells copied from another target's results "
                               "(the same computation)")
         run_sweep(mod.cell, cells, celldir, workers=workers, scheduler=scheduler,
-                  dask_local=dask_local, progress=progress, label=f"reproduce {name} ({size})", version=version)
-    results = load_results(celldir, cells, version, siblings=_sibling_keys(mod, size))
+                  dask_local=dask_local, progress=progress, label=f"reproduce {name} ({size})", version=version,
+                  expect=expect)
+    results, left_out = _finite_cells(load_results(celldir, cells, version, siblings=_sibling_keys(mod, size),
+                                                   expect=expect), celldir, expect)
     if not results:
-        raise InputError(f"{celldir}: no finished cells to summarize")
+        raise InputError(f"{celldir}: no finished cells to summarize" + (f" ({left_out[0]})" if left_out else ""))
     summary = mod.summarize(results, outdir)
+    summary.table = "\n".join([summary.table, *left_out])
     atomic_write(outdir / SUMMARY, lambda fh: fh.write((summary.table + "\n").encode()))
     return summary
+
+
+def _finite_cells(results: list, celldir: Path, expect) -> tuple[list, list[str]]:
+    """(the cells of ``results`` without NaN or inf where their target's cell gives finite values, one line
+    naming each of the others): those are left out of the summary, and the line says so."""
+    from ..sweep import cell_key, nonfinite_arrays
+
+    kept, left_out = [], []
+    for params, arrays in results:
+        names = nonfinite_arrays(arrays, expect(params))
+        if names:
+            left_out.append(f"left out of this summary: {celldir / (cell_key(params) + '.npz')} holds NaN or inf in "
+                            f"{', '.join(names)} (delete it to compute it again)")
+        else:
+            kept.append((params, arrays))
+    return kept, left_out
 
 
 def _sibling_keys(mod, size: str) -> set[str]:

@@ -34,6 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import shallow
+from ..sweep import CellArray
 from ..shallow.ntk import attention_weights, jvp, linearized_f, transport, transport_map, worst_case_delta
 from . import Summary
 from .configs import by_axis, config_text, select_config
@@ -83,6 +84,11 @@ def cell(seed, teacher, m, n, K, T, data_seed=None) -> dict:
     lin = float(np.mean(np.abs(f_pert - jvp(X, c, U, W, dc, dU, dW))))
     return dict(approx_error=approx_error(X, y, data, theta0, teacher), lin_error=lin,
                 teacher_max_abs=float(np.max(np.abs(y))))
+
+
+def cell_arrays(seed, teacher, m, n, K, T, data_seed=None) -> dict:
+    """What :func:`cell` returns: three float64 scalars, each >= 0."""
+    return dict.fromkeys(("approx_error", "lin_error", "teacher_max_abs"), CellArray("f8", low=0.0))
 
 
 def _series(ax, rows, key, label, color, marker, lines, numbers, number_key):

@@ -17,6 +17,7 @@ DESCRIPTION = "approx with the inputs and the teacher redrawn for every (seed, m
 
 SIZES = approx.SIZES
 cells = approx.cells
+cell_arrays = approx.cell_arrays
 #: The data seed of (seed, m) is DATA_SEED_SCALE · seed + m: distinct for every (seed, m) with m below it, and
 #: never one of the seeds (1..10) of ``approx`` or of the width sweep.
 DATA_SEED_SCALE = 1000

@@ -46,6 +46,7 @@ import numpy as np
 from tabulate import tabulate
 
 from ..errors import InputError
+from ..sweep import CellArray
 from ..twostage import random_realizable, train
 from . import Summary
 from .configs import per_seed_config, seed_cells, time_grid
@@ -95,6 +96,23 @@ def cell(seed: int, K: int, N: int, T0: int, T: int) -> dict[str, np.ndarray]:
     out.update({name: r.stage1[key][t1] for name, key in STAGE1.items()})
     out.update({f"{name}_rand": rand.stage1[key][t1] for name, key in STAGE1.items()})
     out.update({name: r.stage2[key][t2] for name, key in STAGE2.items()})
+    return out
+
+
+#: Bounds of the stored metrics (low, high); the others (correlations, L − L*) have none a check could use.
+BOUNDS = {"loss0": (0.0, np.inf), "norm_ov": (0.0, np.inf), "loss": (0.0, np.inf), "norm_kq": (0.0, np.inf),
+          "accuracy": (0.0, 1.0)}
+
+
+def cell_arrays(seed: int, K: int, N: int, T0: int, T: int) -> dict[str, CellArray]:
+    """What :func:`cell` returns (the module docstring): n1 = len(time_grid(T0)), n2 = len(time_grid(T))."""
+    n1, n2 = time_grid(T0).size, time_grid(T).size
+    positive = CellArray("f8", low=0.0)
+    out = {"t1": CellArray("i8", (n1,), low=0), "t2": CellArray("i8", (n2,), low=0), "L_star": positive,
+           "eta0": positive, "eta": positive, "sigma_rand": positive, "norm_kq_star": positive,
+           "margin_kq_star": CellArray("f8"), "stop1": CellArray("U"), "stop2": CellArray("U")}
+    for names, n in ((STAGE1, n1), ({f"{k}_rand": v for k, v in STAGE1.items()}, n1), (STAGE2, n2)):
+        out.update({name: CellArray("f8", (n,), *BOUNDS.get(name.removesuffix("_rand"), ())) for name in names})
     return out
 
 

@@ -35,6 +35,7 @@ from pathlib import Path
 import numpy as np
 from tabulate import tabulate
 
+from ..sweep import CellArray
 from ..twostage import generalization_curve, random_realizable, unseen_parts, unseen_sentences
 from ..twostage.generalization import METRICS
 from . import Summary
@@ -83,6 +84,17 @@ def cell(seed: int, K: int, N: int, T0: int, T: int, n_unseen: int, n_long: int)
         missing = np.full(steps.size, np.nan)
         for metric in METRICS:
             out[f"{part}_{metric}"] = curve.curves[part][metric] if part in curve.curves else missing
+    return out
+
+
+def cell_arrays(seed: int, K: int, N: int, T0: int, T: int, n_unseen: int, n_long: int) -> dict[str, CellArray]:
+    """What :func:`cell` returns: the checkpoints ``steps`` [n], per part its size n_PART and its metrics
+    PART_METRIC [n] in [0, 1] (NaN when the part has no sentences)."""
+    n = time_grid(T, CHECKPOINTS_UNIFORM, CHECKPOINTS_LOG).size
+    out = {"steps": CellArray("i8", (n,), low=0)}
+    for part in PARTS:
+        out[f"n_{part}"] = CellArray("i8", low=0)
+        out.update({f"{part}_{metric}": CellArray("f8", (n,), 0.0, 1.0, nonfinite=True) for metric in METRICS})
     return out
 
 

@@ -35,7 +35,7 @@ from .configs import by_axis, config_text, select_config
 from .plots import loglog_panel, pyplot, save_figure
 from .stats import (axis_table, interval_text, loglog_slope, medians, paired_resamples, ratio_interval, slope_text,
                     stats)
-from .teacher_student import D, TRAIN_FRACTION, teacher_data, train_student
+from .teacher_student import D, TRAIN_FRACTION, student_arrays, teacher_data, train_student
 
 DESCRIPTION = "sequence length T and sample size n sweeps: raw min loss vs T, width needed vs n, validation loss"
 
@@ -75,6 +75,11 @@ def equivalent_cell(params: dict) -> tuple[str, dict] | None:
 def cell(sweep, seed, T, m, n, n_train, K, steps, teacher) -> dict:
     """Train a width-m student on the first n_train training samples of the seed's T-token teacher."""
     return train_student(teacher_data(seed, n, T, K, teacher), m, seed, steps, n_train)
+
+
+def cell_arrays(sweep, seed, T, m, n, n_train, K, steps, teacher) -> dict:
+    """What :func:`cell` returns: :func:`ntpref.reproduce.teacher_student.student_arrays`."""
+    return student_arrays(steps)
 
 
 def width_needed(ms, loss_by_n: dict) -> tuple[float, dict]:

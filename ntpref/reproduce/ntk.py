@@ -38,6 +38,7 @@ from tabulate import tabulate
 from ..errors import InputError
 from .. import shallow
 from ..shallow.ntk import limit_kernel, min_eigenvalue, ntk_gram
+from ..sweep import CellArray
 from . import Summary
 from .configs import by_axis, config_text, select_config
 from .plots import loglog_panel, pyplot, save_figure
@@ -140,6 +141,19 @@ def cell(kind, seed, n, K, T, teacher, m=None, steps=None, n_drift=None, n_gram=
     if kind == "limit":
         return dict(lambda_min=min_eigenvalue(limit_kernel(X, draws=draws, seed=seed)))
     raise InputError(f"unknown ntk cell kind {kind!r}")
+
+
+def cell_arrays(kind, seed, n, K, T, teacher, m=None, steps=None, n_drift=None, n_gram=None, draws=None) -> dict:
+    """What :func:`cell` returns: λ_min (a Gram or limit cell); for a training cell the k checkpoints t [k]
+    (:func:`checkpoint_steps`), ratio [k, 3, m], drift [k], free_ratio [3, m], first_bind (>= −1), the losses,
+    both λ_min and the CPU seconds."""
+    if kind != "train":
+        return {"lambda_min": CellArray("f8")}
+    k, scalar = checkpoint_steps(steps).size, CellArray("f8", low=0.0)
+    return dict(t=CellArray("i8", (k,), low=0), ratio=CellArray("f8", (k, 3, m), low=0.0),
+                drift=CellArray("f8", (k,), low=0.0), free_ratio=CellArray("f8", (3, m), low=0.0),
+                first_bind=CellArray("i8", low=-1), min_train_loss=scalar, free_min_train_loss=scalar,
+                lambda_min_0=CellArray("f8"), lambda_min_end=CellArray("f8"), cpu_seconds=scalar)
 
 
 def _median_head(arrays) -> float:

@@ -22,7 +22,7 @@ from . import Summary
 from .configs import by_axis, config_text, select_config
 from .plots import ci_errorbar, loglog_panel, pyplot, save_figure
 from .stats import medians, slope_text, stats
-from .teacher_student import D, teacher_data, train_student
+from .teacher_student import D, student_arrays, teacher_data, train_student
 
 DESCRIPTION = "ProjGD vs ProjSGD (two batch sizes): min training loss vs width m"
 
@@ -58,6 +58,11 @@ def equivalent_cell(params: dict) -> tuple[str, dict] | None:
 def cell(seed, batch, m, n, K, steps, T, teacher) -> dict:
     """Train one student by ProjGD (batch 0) or ProjSGD (see the module docstring)."""
     return train_student(teacher_data(seed, n, T, K, teacher), m, seed, steps, batch=batch or None)
+
+
+def cell_arrays(seed, batch, m, n, K, steps, T, teacher) -> dict:
+    """What :func:`cell` returns: :func:`ntpref.reproduce.teacher_student.student_arrays`."""
+    return student_arrays(steps)
 
 
 def summarize(results, outdir) -> Summary:

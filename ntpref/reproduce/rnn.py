@@ -36,6 +36,7 @@ from tabulate import tabulate
 from ..errors import InputError
 from .. import shallow
 from ..shallow.projgd import model_named
+from ..sweep import CellArray
 from . import Summary
 from .configs import by_axis, config_text, select_config
 from .plots import ci_errorbar, pyplot, save_figure
@@ -120,6 +121,16 @@ def cell(model, lag, seed, m, n, steps, block) -> dict:
     return dict(min_val_mse=float(res.val_loss.min()), min_train_mse=res.min_train_loss,
                 final_val_mse=res.final_val_loss, block_max=block_maxima(norms, block),
                 val_loss=res.val_loss, diverged=0, cpu_seconds=time.process_time() - start)
+
+
+def cell_arrays(model, lag, seed, m, n, steps, block) -> dict:
+    """What :func:`cell` returns: the MSEs (>= 0), block_max [steps / block] and val_loss [steps], all NaN
+    for a run that diverged (``diverged`` 1, else 0), and the CPU seconds."""
+    def mse(*shape):
+        return CellArray("f8", shape, low=0.0, nonfinite=True)
+
+    return dict(min_val_mse=mse(), min_train_mse=mse(), final_val_mse=mse(), block_max=mse(steps // block),
+                val_loss=mse(steps), diverged=CellArray("i8", low=0, high=1), cpu_seconds=CellArray("f8", low=0.0))
 
 
 def _finite(groups):

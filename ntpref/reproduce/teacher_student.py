@@ -10,6 +10,7 @@ from functools import lru_cache
 import numpy as np
 
 from ..errors import InputError
+from ..sweep import CellArray
 from .. import shallow
 from ..shallow import TeacherStudent
 
@@ -42,6 +43,14 @@ def teacher_data(seed: int, n: int, T: int, K: int, teacher: str = "diagonal") -
 def student_eta(steps: int) -> float:
     """The step size η = 1.75/√steps of the authors' training script (0.0277 at 4000 steps)."""
     return ETA_SCALE / math.sqrt(steps)
+
+
+def student_arrays(steps: int) -> dict[str, CellArray]:
+    """What :func:`train_student` returns for ``steps`` steps: the losses (MSE, >= 0) and the CPU seconds as
+    float64 scalars, the training loss [steps] (:class:`ntpref.sweep.CellArray`)."""
+    scalar = CellArray("f8", low=0.0)
+    return dict(min_train_loss=scalar, final_train_loss=scalar, final_val_loss=scalar,
+                train_loss=CellArray("f8", (steps,), low=0.0), cpu_seconds=scalar)
 
 
 def train_student(data: TeacherStudent, m: int, seed: int, steps: int, n_train: int | None = None,

@@ -27,7 +27,7 @@ from . import Summary
 from .configs import by_axis, config_text, select_config
 from .plots import loglog_panel, pyplot, save_figure
 from .stats import axis_table, medians, slope_text, stats
-from .teacher_student import D, TEACHERS, teacher_data, train_student
+from .teacher_student import D, TEACHERS, student_arrays, teacher_data, train_student
 
 DESCRIPTION = "teacher-student: min training loss vs width m (authors' and full-W teacher), log-log, median fit"
 
@@ -57,6 +57,11 @@ def cells(seeds, widths, n, K, steps, T, teachers) -> list[dict]:
 def cell(seed, teacher, m, n, K, steps, T) -> dict:
     """Train one student of width m on the seed's data set of ``teacher`` (see the module docstring)."""
     return train_student(teacher_data(seed, n, T, K, teacher), m, seed, steps)
+
+
+def cell_arrays(seed, teacher, m, n, K, steps, T) -> dict:
+    """What :func:`cell` returns: :func:`ntpref.reproduce.teacher_student.student_arrays`."""
+    return student_arrays(steps)
 
 
 def summarize(results, outdir) -> Summary:
