@@ -4,7 +4,7 @@ and reference directories, closed pipes and killed workers.
 The default run (``--mode main``) calls ``ntpref.cli.main`` in-process and mixes these surfaces (the share
 of each, in fortieths, is in SURFACES):
 
-npz (26)  ``ntpref eval`` / ``ntpref train`` of a valid input of one of the three models (twostage,
+npz (25)  ``ntpref eval`` / ``ntpref train`` of a valid input of one of the three models (twostage,
           shallow, indrnn; eval and train) after one to three mutations: array-level (dtype changes, shape
           and rank changes, NaN / inf injection, out-of-range values, removed, renamed or unknown arrays, a
           wrong model name or option, object arrays) and file-level (byte flips, truncation, appended or
@@ -40,6 +40,9 @@ reference (2)  ``ntpref verify --root DIR CASE`` (also ``-v`` and ``--list``) an
           directory, the manifest or the root replaced by a FIFO, a directory, a symbolic link (to its own
           moved copy, to another case's file, to an awkward path) or a regular file, a changed hash, a
           flipped byte.
+cells (1)  ``ntpref reproduce TARGET --full --summarize-only`` on a copy of a target's committed cells
+          (CELL_TARGETS) with one or two cells damaged by the npz surface's array mutations (a negative or
+          huge value, NaN, an array removed, renamed, of another dtype or shape, a string).
 
 Each run is classified (:func:`classify`):
 
@@ -57,7 +60,9 @@ adapter, exit 1 with a FAIL verdict for wrong values, missing required outputs o
 exit 2 for an adapter that raises or returns something other than a dict of arrays, with the error line the
 last line of stderr (after the adapter's own traceback and output) and naming the adapter file; anything
 else is a crash. tolerances and reference: any of accepted, failed, rejected; ``export`` must write its
-three files when it succeeds (case.json a readable tolerance file) and nothing when it does not.
+three files when it succeeds (case.json a readable tolerance file) and nothing when it does not. cells:
+accepted (its summary written, naming every damaged cell that holds NaN or inf as left out) or rejected
+with the line naming a damaged cell; exit 1 is a crash.
 
 Two slower modes run ``ntpref`` as a subprocess, a handful of runs each:
 
@@ -1372,6 +1377,41 @@ def reference_run(ch, fx: Fixtures) -> Result:
     return _result(f"{command} {case} " + "+".join(steps), steps + [f"run:{command}"], rc, err, why, outcome)
 
 
+# ---- reproduction cells: damaged copies of committed cells ---------------------------------------------------
+
+RESULTS = Path(__file__).resolve().parent.parent / "docs" / "results"
+#: Targets whose committed full-size cells the cells runs damage: few cells, quick summaries.
+CELL_TARGETS = ("approx", "twostage")
+
+
+def cells_run(ch, fx: Fixtures) -> Result:
+    """``reproduce TARGET --full --summarize-only`` on committed cells, one or two of them damaged (module
+    docstring)."""
+    target, out = ch.choice(CELL_TARGETS), fx.fresh("cells")
+    celldir = out / target / "full" / "cells"
+    shutil.copytree(RESULTS / target / "full" / "cells", celldir)
+    damaged, steps = set(), []
+    for _ in range(ch.integer(1, 2)):
+        path, name = ch.choice(sorted(celldir.iterdir())), ch.choice(sorted(ARRAY_MUTATIONS))
+        arrays = load_npz(path)
+        kept = {k: arrays.pop(k) for k in ("cell_params", "cell_version") if k in arrays}
+        save_npz(path, {**ARRAY_MUTATIONS[name](arrays, ch), **kept})
+        damaged.add(path)
+        steps.append(name)
+    rc, _, err = _call(["reproduce", target, "--full", "--summarize-only", "--out", out, "-q"])
+    outcome, why = classify(rc, err)
+    if outcome == "failed":
+        why = "exit 1"
+    elif outcome == "rejected" and not any(str(p) in err for p in damaged):
+        why = "the error names no damaged cell"
+    elif outcome == "accepted":
+        summary = (out / target / "full" / "summary.txt").read_text()
+        silent = [p for p in damaged if str(p) not in summary
+                  and any(a.dtype.kind == "f" and not np.all(np.isfinite(a)) for a in load_npz(p).values())]
+        why = f"NaN or inf of {silent[0].name} not named in the summary" if silent else None
+    return _result(f"reproduce {target} --summarize-only, {'+'.join(steps)}", steps, rc, err, why, outcome)
+
+
 # ---- subprocess modes: closed pipes and killed workers ----------------------------------------------------------
 
 #: Seconds a subprocess run may take before it counts as hung (a crash).
@@ -1564,9 +1604,9 @@ def worker_run(ch, fx: Fixtures) -> Result:
 # ---- the fuzz run ----------------------------------------------------------------------------------------------
 
 #: surface → (its share of the main run, in fortieths; the runner)
-SURFACES = {"npz": (26, npz_run), "output": (4, output_run), "environment": (2, environment_run),
+SURFACES = {"npz": (25, npz_run), "output": (4, output_run), "environment": (2, environment_run),
             "adapter": (3, adapter_run), "command": (1, command_run), "tolerances": (2, tolerance_run),
-            "reference": (2, reference_run)}
+            "reference": (2, reference_run), "cells": (1, cells_run)}
 #: mode → (surface → runner), and the number of runs by default
 MODES = {"main": ({name: run for name, (_, run) in SURFACES.items()}, 10000),
          "pipes": ({"pipes": pipe_run}, 50), "workers": ({"workers": worker_run}, 4)}
