@@ -312,8 +312,8 @@ def _shallow_gradients(monkeypatch, model, change):
     spec = MODELS[model]
 
     def gradients(data, params, kappa, backend):
-        f, *grads = spec.gradients(data, params, kappa, backend)
-        return (f, *(change(b, g) for b, g in enumerate(grads)))
+        f, grads = spec.gradients(data, params, kappa, backend)
+        return f, grads._make(change(b, g) for b, g in enumerate(grads))
 
     monkeypatch.setitem(MODELS, model, spec._replace(gradients=gradients))
 
