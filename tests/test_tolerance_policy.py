@@ -11,6 +11,7 @@ import pytest
 from ntpref.errors import InputError
 from ntpref.oracle import contract, kinds, manifest, tolerance
 from ntpref.oracle.compare import compare_arrays
+from ntpref.shallow.activation import ACTIVATIONS
 from ntpref.twostage import magnitudes
 from ntpref.npzio import load_npz
 
@@ -46,11 +47,20 @@ def passes(expected, actual, tols):
 
 
 # --- independent straightforward implementations (the equations of docs/, plain loops, index order) ---
+_erf = np.vectorize(math.erf, otypes=[float])
+#: (σ, σ') of every activation of the models (ntpref.shallow.activation.ACTIVATIONS), each by its own
+#: formula (docs/shallow.md §1).
+SIGMA = {"tanh": lambda s: (np.tanh(s), 1.0 - np.tanh(s) ** 2),
+         "erf": lambda s: (_erf(s / math.sqrt(2.0)), math.sqrt(2.0 / math.pi) * np.exp(-s * s / 2.0))}
+
+
 def _sigma(s, activation):
-    if activation == "tanh":
-        return np.tanh(s), 1.0 - np.tanh(s) ** 2
-    erf = np.vectorize(math.erf, otypes=[float])
-    return erf(s / math.sqrt(2.0)), math.sqrt(2.0 / math.pi) * np.exp(-s * s / 2.0)
+    return SIGMA[activation](s)
+
+
+def test_the_restatements_follow_the_models_activations():
+    """An activation added to the models needs its formula here too: the naive models below read SIGMA."""
+    assert set(SIGMA) == set(ACTIVATIONS)
 
 
 def naive_shallow(inputs):
