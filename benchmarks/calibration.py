@@ -45,8 +45,8 @@ from ntpref.models import SPECS
 from ntpref.npzio import atomic_write, check_output
 from ntpref.oracle.cases import POLICIES, PRECISIONS, cases
 from ntpref.oracle.compare import compare_arrays
-from ntpref.oracle.conformance import coarse_arrays
 from ntpref.oracle.exactness import differences, exact_backend
+from ntpref.oracle.judging import coarse_arrays
 
 from .mutations import correct_family
 from .sweeps import _outputs_of, _recording, perturbed
@@ -62,7 +62,7 @@ SETTINGS = tuple((precision, policy) for precision in PRECISIONS for policy in P
 def measure_case(case, members) -> list[dict]:
     """One record per (floating-point array of ``case``, precision): per policy the family's largest err/tol
     (``worst``), whether the perturbation of :data:`POWER` fails (``caught``) and whether the report says the
-    array is checked only coarsely (``coarse``, :func:`ntpref.oracle.conformance.coarse_arrays`); ``accurate``
+    array is checked only coarsely (``coarse``, :func:`ntpref.oracle.judging.coarse_arrays`); ``accurate``
     (module docstring) and ``visible`` (a non-zero entry). ``members``: (name, precision, adapter, last) of the family;
     a member that raises NotImplementedError for the case is left out of it."""
     exact_values = exact_backend().compute(case.kind, case.inputs, as_float=False)

@@ -48,7 +48,7 @@ import torch
 
 from examples.adapters import torch_restatement as tr
 from ntpref.models import SPECS
-from ntpref.oracle.conformance import FUNCTIONS
+from ntpref.oracle.adapters import FUNCTIONS
 
 from .sweeps import Bug, at, by_kind, first_update, forward
 

@@ -20,9 +20,10 @@ from typing import NamedTuple
 import numpy as np
 
 from ntpref.models import SPECS
+from ntpref.oracle.adapters import FUNCTIONS
 from ntpref.oracle.cases import Case
 from ntpref.oracle.compare import compare_one
-from ntpref.oracle.conformance import FUNCTIONS, CaseReport, check, load_adapter
+from ntpref.oracle.conformance import CaseReport, check, load_adapter
 
 #: The exponents k of the relative perturbations 10^-k.
 EXPONENTS = tuple(range(2, 13))

@@ -4,8 +4,8 @@ Exit status: 0 ok, 1 a comparison failed, 2 bad input or usage, 128 + N ended by
 SIGTERM, SIGHUP: :mod:`ntpref.interrupt`). Output into a closed pipe (``ntpref reproduce --list | head -1``)
 ends the command quietly with 141 = 128 + SIGPIPE, as a shell expects; any other failure to write standard
 output (a full disk) is one line and status 2. Errors and warnings are one line on stderr each, never a
-traceback (set NTPREF_DEBUG=1 to see one). Commands other than eval/train live next to
-the code they drive: each module in :data:`COMMAND_MODULES` has ``register(subparsers)``, which adds
+traceback (set NTPREF_DEBUG=1 to see one). Commands other than eval/train are registered by their
+modules: each module in :data:`COMMAND_MODULES` has ``register(subparsers)``, which adds
 its sub-commands with ``set_defaults(func=handler)``; ``handler(args) -> int`` is the exit status.
 """
 from __future__ import annotations
@@ -27,14 +27,14 @@ from .errors import ComparisonError, NtprefError  # noqa: E402 - after the handl
 from .numba_target import check_thread_variables, configure_process  # noqa: E402
 
 COMMAND_MODULES = (
-    "ntpref.oracle.compare",      # compare
-    "ntpref.oracle.reference",    # verify, regen, export
-    "ntpref.oracle.gradcheck",    # gradcheck
-    "ntpref.oracle.conformance",  # conformance
-    "ntpref.oracle.certify",      # certify
-    "ntpref.reproduce",           # reproduce
-    "ntpref.bench",               # bench
-    "ntpref.shipped",             # adapters, docs
+    "ntpref.oracle.compare",          # compare
+    "ntpref.oracle.cli_reference",    # verify, regen, export
+    "ntpref.oracle.gradcheck",        # gradcheck
+    "ntpref.oracle.cli_conformance",  # conformance
+    "ntpref.oracle.certify",          # certify
+    "ntpref.reproduce",               # reproduce
+    "ntpref.bench",                   # bench
+    "ntpref.shipped",                 # adapters, docs
 )
 
 

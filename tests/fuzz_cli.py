@@ -112,8 +112,9 @@ from ntpref.cli import main
 from ntpref.jsonio import MAX_JSON_BYTES
 from ntpref.npzio import MAX_MEMBERS, load_npz, save_npz
 from ntpref.oracle.compare import load_tolerances
-from ntpref.oracle.conformance import FUNCTIONS
-from ntpref.oracle.reference import default_root, export, load_manifest
+from ntpref.oracle.adapters import FUNCTIONS
+from ntpref.oracle.manifest import default_root, load_manifest
+from ntpref.oracle.reference import export
 
 
 # ---- choices: a seeded generator here, Hypothesis in the tests --------------------------------------

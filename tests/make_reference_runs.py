@@ -9,7 +9,7 @@
 Each case of :data:`CASES` (the stored cases of every model's specification, defined beside the model in
 ``ntpref/twostage/cases.py`` and ``ntpref/shallow/cases.py``) names its model, kind (eval / train / ntk),
 what it exercises, its generating configuration and seed, and ``build(config, seed) -> input arrays``. The expected
-outputs (and intermediates, see ``reference.intermediates``) come from the numba backend; before
+outputs (and intermediates, see ``ntpref.oracle.kinds.intermediates``) come from the numba backend; before
 anything is written the numpy backend is run on the same input and must agree within every array's
 tolerance (so the tolerances are known to hold
 across backends; the measured worst error/tolerance ratio is printed), and how far each case's arrays
@@ -25,7 +25,11 @@ import time
 from pathlib import Path
 
 from ntpref.models import SPECS
-from ntpref.oracle import reference, tolerance
+from ntpref.oracle import tolerance
+from ntpref.oracle.bits import bit_distances, changes_text
+from ntpref.oracle.kinds import compute, intermediates
+from ntpref.oracle.manifest import (case_entry, check_file, default_root, load_manifest, save_manifest, tolerances_of,
+                                    write_case)
 from ntpref.oracle.compare import compare_arrays, tolerance_text
 from ntpref.npzio import load_npz
 from ntpref.numba_target import configure_process
@@ -48,36 +52,36 @@ def _stored(root: Path, name: str, manifest: dict) -> dict:
     stored = {}
     for filename in entry["files"]:
         if filename != "input.npz":
-            stored.update(reference.check_file(root, name, entry, filename)[0] or {})
+            stored.update(check_file(root, name, entry, filename)[0] or {})
     return stored
 
 
 def generate(cases: list[StoredCase], root: Path) -> None:
-    manifest = reference.load_manifest(root)
+    manifest = load_manifest(root)
     for case in cases:
         start = time.perf_counter()
         inputs = case.inputs()
         before = _stored(root, case.name, manifest)
         runs = {}
         for backend in ("numba", "numpy"):
-            runs[backend] = (reference.compute(case.kind, inputs, backend),
-                             reference.intermediates(case.model, case.kind, inputs, backend))
+            runs[backend] = (compute(case.kind, inputs, backend),
+                             intermediates(case.model, case.kind, inputs, backend))
         (expected, extra), (other, other_extra) = runs["numba"], runs["numpy"]
         tols = tolerance.default_tolerances(case.model, case.kind, inputs, {**expected, **extra}, outputs=expected)
         report = compare_arrays({**expected, **extra}, {**other, **other_extra}, tols, labels=("numba", "numpy"))
         if not report.ok:
             raise SystemExit(f"{case.name}: numba and numpy backends disagree beyond the tolerances:\n{report}")
         fields = bitwise_fields(case.model, [*expected, *extra])
-        entry = reference.case_entry(case.model, case.kind, case.description, case.config, case.seed,
-                                     inputs, expected, tols, extra, fields)
-        bits = reference.bit_distances(before, {**expected, **extra}, entry)
-        reference.write_case(root, case.name, entry, inputs, expected, manifest, extra)
+        entry = case_entry(case.model, case.kind, case.description, case.config, case.seed,
+                           inputs, expected, tols, extra, fields)
+        bits = bit_distances(before, {**expected, **extra}, entry)
+        write_case(root, case.name, entry, inputs, expected, manifest, extra)
         size = sum((root / case.name / f).stat().st_size for f in entry["files"])
         worst = max((r.ratio or 0.0) for r in report.rows)
         print(f"{case.name}: {len(expected)} arrays (+{len(extra)} intermediates), {size / 1024:.0f} KiB, "
               f"numba vs numpy worst error/tolerance {worst:.1e}, {time.perf_counter() - start:.1f} s")
-        print(f"  against the bits stored before: {reference.changes_text(bits)}")
-    reference.save_manifest(root, manifest)
+        print(f"  against the bits stored before: {changes_text(bits)}")
+    save_manifest(root, manifest)
 
 
 def check(cases: list[StoredCase], root: Path) -> bool:
@@ -106,7 +110,7 @@ def main(argv=None) -> int:
     if unknown:
         parser.error(f"unknown case {unknown[0]}; known: {', '.join(by_name)}")
     cases = [by_name[c] for c in args.cases] if args.cases else CASES
-    root = args.root or reference.default_root()
+    root = args.root or default_root()
     if args.list:
         for c in cases:
             print(f"{c.name} [{c.model} {c.kind}]: {c.description}")
@@ -115,7 +119,7 @@ def main(argv=None) -> int:
         return 0 if check(cases, root) else 1
     generate(cases, root)
     for c in cases:
-        tols = reference.tolerances_of(reference.load_manifest(root)["cases"][c.name])
+        tols = tolerances_of(load_manifest(root)["cases"][c.name])
         print(f"  {c.name}: " + ", ".join(sorted({tolerance_text(t) for t in tols.values()})))
     return 0
 

@@ -10,12 +10,12 @@ import pytest
 
 from ntpref import exact
 from ntpref.models import SPECS
-from ntpref.oracle import reference
 from ntpref.oracle.calibrated import AMPLIFIED, FLOOR, MULTIPLE, amplified, calibrated_tolerance, calibrated_tolerances
 from ntpref.oracle.cases import random_cases, stored_cases
 from ntpref.oracle.compare import check_tolerance, compare_arrays, element_bounds
 from ntpref.oracle.exactness import differences
-from ntpref.oracle.reference import compute, intermediates
+from ntpref.oracle.kinds import compute, intermediates
+from ntpref.oracle.manifest import calibrated_of, default_root, load_manifest
 from ntpref.rounding import U
 
 CASES = random_cases(None, n=4, seed=2)
@@ -227,10 +227,10 @@ def test_every_stored_case_carries_calibrated_tolerances_and_the_cheap_ones_are_
     """The manifest's calibrated tolerances (``ntpref certify --record``) cover every stored eval/train case,
     so conformance runs no exact backend for them; recomputed from an exact run of the evaluations they are
     the same numbers (the training runs' exact runs take minutes: the slow certification test compares them)."""
-    manifest = reference.load_manifest(reference.default_root())["cases"]
+    manifest = load_manifest(default_root())["cases"]
     recomputed = 0
     for case in stored_cases():
-        recorded = reference.calibrated_of(manifest[case.id])
+        recorded = calibrated_of(manifest[case.id])
         assert recorded is not None, case.id
         assert recorded.keys() == case.expected.keys()
         assert any(recorded[n] != case.tolerances("float64", "bound")[n] for n in recorded), case.id

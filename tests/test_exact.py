@@ -40,7 +40,7 @@ from ntpref.cli import main
 from ntpref.errors import InfeasibleError
 from ntpref.exact import arith, indrnn, maxmargin, shallow, twostage
 from ntpref.models import SPECS
-from ntpref.oracle import certify, contract, reference
+from ntpref.oracle import certify, contract, kinds
 from ntpref.oracle.cases import Case, random_cases, stored_cases
 from ntpref.oracle.tolerance import default_tolerances
 from ntpref.rounding import qp_tolerance
@@ -410,7 +410,7 @@ def test_certify_reports_every_array_in_units_of_u_and_of_the_tolerance():
 
 def _moved(monkeypatch, name: str, step: int, factor: float) -> None:
     """Let the oracle runs that certify measures return ``name`` with entry ``step`` times ``factor``."""
-    compute = reference.compute
+    compute = kinds.compute
 
     def moved(kind, inputs, backend="numba"):
         out = compute(kind, inputs, backend)
@@ -419,7 +419,7 @@ def _moved(monkeypatch, name: str, step: int, factor: float) -> None:
             out[name][step] *= factor
         return out
 
-    monkeypatch.setattr(reference, "compute", moved)
+    monkeypatch.setattr(certify, "compute", moved)
 
 
 def test_a_moved_step_of_a_trajectory_fails_naming_the_array_and_the_step(monkeypatch):
@@ -431,8 +431,8 @@ def test_a_moved_step_of_a_trajectory_fails_naming_the_array_and_the_step(monkey
 
 
 def test_an_output_the_exact_backend_lacks_is_listed_not_dropped(monkeypatch):
-    compute = reference.compute
-    monkeypatch.setattr(reference, "compute", lambda kind, inputs, backend="numba":
+    compute = kinds.compute
+    monkeypatch.setattr(certify, "compute", lambda kind, inputs, backend="numba":
                         {**compute(kind, inputs, backend), "extra": np.zeros(3)})
     report = certify.certify([BY_ID["indrnn_eval"]])
     assert report.ok and report[0].not_certified == {"extra": "not computed by the exact backend"}
@@ -506,7 +506,7 @@ def test_certify_quiet_prints_no_progress_and_refuses_a_timeout_that_is_no_posit
 def test_certify_every_stored_case_in_full():
     """Every stored case, the train runs whole (about 5 minutes, most of it twostage_train_K20); the calibrated
     tolerances measured on the way are those the manifest records."""
-    from ntpref.oracle.reference import calibrated_of, default_root, load_manifest
+    from ntpref.oracle.manifest import calibrated_of, default_root, load_manifest
 
     report = certify.certify(certify.stored().values())
     print(report)
@@ -523,19 +523,19 @@ def test_certify_record_stores_the_ratios_that_verify_prints_and_regen_keeps_whi
     import shutil
 
     from ntpref.cli import main
-    from ntpref.oracle import reference
     from ntpref.oracle.calibrated import calibrated_tolerances
     from ntpref.oracle.cases import stored_cases
+    from ntpref.oracle.manifest import calibrated_of, default_root, load_manifest, save_manifest
 
     root = tmp_path / "runs"
-    shutil.copytree(reference.default_root(), root)
+    shutil.copytree(default_root(), root)
     case = "twostage_eval_onehot_succ"
-    for rec in reference.load_manifest(root)["cases"][case]["arrays"].values():
+    for rec in load_manifest(root)["cases"][case]["arrays"].values():
         rec.pop("calibrated", None)
     assert main(["certify", case, "--record", "--root", str(root)]) == 0
     assert ("recorded the err/tol of 7 arrays of 1 stored cases (ntpref verify shows them) and the calibrated "
             "tolerances of 1 cases") in capsys.readouterr().out
-    records = reference.load_manifest(root)["cases"][case]["arrays"]
+    records = load_manifest(root)["cases"][case]["arrays"]
     assert all(0.0 <= rec["certified"] < 1.0 for rec in records.values())
     stored = next(c for c in stored_cases(["twostage"], root) if c.id == case)
     measured = calibrated_tolerances(stored.model, stored.kind, stored.expected,
@@ -546,18 +546,18 @@ def test_certify_record_stores_the_ratios_that_verify_prints_and_regen_keeps_whi
     assert main(["verify", case, "--root", str(root)]) == 0
     line = next(l for l in capsys.readouterr().out.splitlines() if l.startswith(case))
     assert f"{max(r['certified'] for r in records.values()):.1e}" in line.split()
-    manifest = reference.load_manifest(root)
+    manifest = load_manifest(root)
     arrays = manifest["cases"][case]["arrays"]
     arrays["logits"]["sha256"] = "0" * 64                   # stored values that regen changes
     arrays["loss"]["atol"] = 2 * arrays["loss"]["atol"]     # a tolerance that regen changes
-    reference.save_manifest(root, manifest)
+    save_manifest(root, manifest)
     assert main(["regen", case, "--force", "--root", str(root)]) == 0
-    kept = {n for n, r in reference.load_manifest(root)["cases"][case]["arrays"].items() if "certified" in r}
+    kept = {n for n, r in load_manifest(root)["cases"][case]["arrays"].items() if "certified" in r}
     assert kept == set(records) - {"logits", "loss"}
-    assert kept == {n for n, r in reference.load_manifest(root)["cases"][case]["arrays"].items() if "calibrated" in r}
-    assert reference.calibrated_of(reference.load_manifest(root)["cases"][case]) is None   # conformance measures
+    assert kept == {n for n, r in load_manifest(root)["cases"][case]["arrays"].items() if "calibrated" in r}
+    assert calibrated_of(load_manifest(root)["cases"][case]) is None   # conformance measures
     assert main(["regen", case, "--tolerances-only", "--root", str(root)]) == 0     # nothing moves: all stay
-    assert kept == {n for n, r in reference.load_manifest(root)["cases"][case]["arrays"].items() if "certified" in r}
+    assert kept == {n for n, r in load_manifest(root)["cases"][case]["arrays"].items() if "certified" in r}
     capsys.readouterr()
     capsys.readouterr()
     assert main(["certify", case, "--record", "--steps", "3", "--root", str(root)]) == 2

@@ -323,7 +323,8 @@ def paired_case(tmp_path):
     """The stored paired-initialisation case, and an f summed over heads in plain index order
     (f ≈ 1e-16 where the oracle's pair order gives exactly 0)."""
     from ntpref.npzio import load_npz
-    from ntpref.oracle.reference import export, intermediates
+    from ntpref.oracle.kinds import intermediates
+    from ntpref.oracle.reference import export
 
     export(None, "shallow_eval_paired_init", tmp_path)
     inputs, expected = load_npz(tmp_path / "input.npz"), load_npz(tmp_path / "expected.npz")

@@ -19,9 +19,10 @@ import make_reference_runs
 from ntpref.cli import main
 from ntpref.errors import ComparisonError, InputError
 from ntpref.npzio import load_npz
-from ntpref.oracle import reference, tolerance
+from ntpref.oracle import bits, kinds, reference, tolerance
+from ntpref.oracle import manifest as mf
 
-REPO_RUNS = Path(reference.__file__).resolve().parents[2] / "reference_runs"
+REPO_RUNS = Path(mf.__file__).resolve().parents[2] / "reference_runs"
 EVAL_CASE = "twostage_eval_onehot_succ"
 #: The stored cases the models' specifications define (ntpref/twostage/cases.py, ntpref/shallow/cases.py).
 SPEC_CASES = {c.name for c in make_reference_runs.CASES}
@@ -32,7 +33,7 @@ x86_64_only = pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "a
 
 @pytest.fixture(scope="module")
 def manifest():
-    return reference.load_manifest(REPO_RUNS)
+    return mf.load_manifest(REPO_RUNS)
 
 
 @pytest.fixture
@@ -40,12 +41,12 @@ def runs(tmp_path, monkeypatch):
     """A private copy of reference_runs, selected through NTPREF_REFERENCE_RUNS."""
     root = tmp_path / "runs"
     shutil.copytree(REPO_RUNS, root)
-    monkeypatch.setenv(reference.ENV_ROOT, str(root))
+    monkeypatch.setenv(mf.ENV_ROOT, str(root))
     return root
 
 
 def test_verify_passes_on_stored_cases(capsys, monkeypatch):
-    monkeypatch.delenv(reference.ENV_ROOT, raising=False)
+    monkeypatch.delenv(mf.ENV_ROOT, raising=False)
     assert main(["verify"]) == 0
     out = capsys.readouterr().out
     assert f"{len(SPEC_CASES)}/{len(SPEC_CASES)} cases ok" in out
@@ -53,7 +54,7 @@ def test_verify_passes_on_stored_cases(capsys, monkeypatch):
 
 def test_verify_numpy_backend_within_tolerances(monkeypatch, capsys):
     """The stored tolerances hold for the other backend too (spec: numba vs numpy rtol 1e-12)."""
-    monkeypatch.delenv(reference.ENV_ROOT, raising=False)
+    monkeypatch.delenv(mf.ENV_ROOT, raising=False)
     assert main(["verify", "--backend", "numpy"]) == 0
 
 
@@ -75,13 +76,13 @@ def test_manifest_lists_cases_with_provenance_hashes_and_tolerances(manifest):
     assert SPEC_CASES <= set(manifest["cases"])
     total = 0
     for name, case in manifest["cases"].items():
-        assert case["kind"] in reference.KINDS and case["description"] and isinstance(case["seed"], int)
+        assert case["kind"] in kinds.KINDS and case["description"] and isinstance(case["seed"], int)
         assert produced_by <= set(case["provenance"]) and {"cpu", "features"} <= set(case["provenance"]["numba_target"])
         expected = load_npz(REPO_RUNS / name / "expected.npz")
         inputs = load_npz(REPO_RUNS / name / "input.npz")
         assert set(expected) == set(case["arrays"]) and set(inputs) == set(case["inputs"])
         if "intermediates" in case:
-            expected.update(load_npz(REPO_RUNS / name / reference.INTERMEDIATES))
+            expected.update(load_npz(REPO_RUNS / name / mf.INTERMEDIATES))
         for arr, rec in {**case["arrays"], **case.get("intermediates", {})}.items():
             a = expected[arr]
             assert rec["shape"] == list(a.shape) and rec["dtype"] == str(a.dtype)
@@ -100,10 +101,10 @@ def test_manifest_tolerances_follow_the_float64_policy(manifest, case):
     entry = manifest["cases"][case]
     arrays = load_npz(REPO_RUNS / case / "expected.npz")
     if "intermediates" in entry:
-        arrays.update(load_npz(REPO_RUNS / case / reference.INTERMEDIATES))
+        arrays.update(load_npz(REPO_RUNS / case / mf.INTERMEDIATES))
     inputs = load_npz(REPO_RUNS / case / "input.npz")
     policy = tolerance.default_tolerances(entry["model"], entry["kind"], inputs, arrays)
-    recorded = reference.tolerances_of(entry)
+    recorded = mf.tolerances_of(entry)
     assert set(recorded) == set(policy)
     factor = 2.0 if entry["kind"] == "train" else 1.0 + 1e-9
     for name, tol in policy.items():
@@ -207,7 +208,7 @@ def test_every_flipped_byte_of_an_expected_file_is_detected(runs):
     """Exhaustive over the smallest expected file: each position, one bit flipped, must be reported;
     positions inside the array's npy member must name the array."""
     case = "shallow_ntk_gram"
-    entry = reference.load_manifest(runs)["cases"][case]
+    entry = mf.load_manifest(runs)["cases"][case]
     path = runs / case / "expected.npz"
     raw = path.read_bytes()
     member = _layout(path)["gram"]
@@ -215,7 +216,7 @@ def test_every_flipped_byte_of_an_expected_file_is_detected(runs):
         damaged = bytearray(raw)
         damaged[pos] ^= 0x01
         path.write_bytes(bytes(damaged))
-        _, problems = reference.check_file(runs, case, entry, "expected.npz")
+        _, problems = mf.check_file(runs, case, entry, "expected.npz")
         assert problems, f"flipped byte at {pos} not detected"
         assert all(p.startswith(f"{case}/expected.npz") for p in problems)
         if member["npy_header"] - 10 <= pos < member["end"]:
@@ -236,26 +237,26 @@ def test_intermediates_are_verified_and_exported(runs, tmp_path, capsys):
     assert main(["verify", "-v", case]) == 0
     out = capsys.readouterr().out
     assert "head_a" in out and "head_MU" in out
-    path = runs / case / reference.INTERMEDIATES
+    path = runs / case / mf.INTERMEDIATES
     m = _layout(path)["head_a"]
     _flip(path, (m["data"] + m["end"]) // 2)
     assert main(["verify", case]) == 1
     assert f"{case}/intermediates.npz: damaged (array 'head_a')" in capsys.readouterr().out
-    path.write_bytes((REPO_RUNS / case / reference.INTERMEDIATES).read_bytes())
+    path.write_bytes((REPO_RUNS / case / mf.INTERMEDIATES).read_bytes())
     assert main(["export", case, "-o", str(tmp_path / "x")]) == 0
-    assert (tmp_path / "x" / reference.INTERMEDIATES).read_bytes() == path.read_bytes()
+    assert (tmp_path / "x" / mf.INTERMEDIATES).read_bytes() == path.read_bytes()
 
 
 def test_changed_values_with_valid_hashes_fail_the_comparison(runs, capsys):
     """A stored expected value off by 1e-9 (and hashes updated to match) fails the rtol 1e-12 comparison."""
-    man = reference.load_manifest(runs)
+    man = mf.load_manifest(runs)
     entry = man["cases"][EVAL_CASE]
     e = load_npz(runs / EVAL_CASE / "expected.npz")
     e["logits"] = e["logits"] * (1 + 1e-9)
-    reference.write_case(runs, EVAL_CASE, reference.case_entry(
+    mf.write_case(runs, EVAL_CASE, mf.case_entry(
         entry["model"], entry["kind"], entry["description"], entry["config"], entry["seed"],
-        load_npz(runs / EVAL_CASE / "input.npz"), e, reference.tolerances_of(entry)), None, e, man)
-    reference.save_manifest(runs, man)
+        load_npz(runs / EVAL_CASE / "input.npz"), e, mf.tolerances_of(entry)), None, e, man)
+    mf.save_manifest(runs, man)
     assert main(["verify", EVAL_CASE]) == 1
     out = capsys.readouterr().out
     assert "logits" in out and "FAIL" in out
@@ -269,7 +270,7 @@ def test_unknown_case_and_missing_root(runs, tmp_path, capsys):
 
 # --- regen --------------------------------------------------------------------------------------
 def _perturbed_compute(factor):
-    original = reference.compute
+    original = kinds.compute
 
     def compute(kind, inputs, backend="numba"):
         out = original(kind, inputs, backend)
@@ -279,13 +280,13 @@ def _perturbed_compute(factor):
 
 
 def test_regen_refuses_beyond_tolerance_without_force(runs, monkeypatch, capsys):
-    before = {f: (runs / EVAL_CASE / f).read_bytes() for f in reference.FILES}
+    before = {f: (runs / EVAL_CASE / f).read_bytes() for f in mf.FILES}
     manifest_before = (runs / "manifest.json").read_bytes()
-    original = reference.compute
+    original = kinds.compute
     monkeypatch.setattr(reference, "compute", _perturbed_compute(1 + 1e-9))
     assert main(["regen", EVAL_CASE]) == 1
     assert "logits" in capsys.readouterr().err
-    assert {f: (runs / EVAL_CASE / f).read_bytes() for f in reference.FILES} == before
+    assert {f: (runs / EVAL_CASE / f).read_bytes() for f in mf.FILES} == before
     assert (runs / "manifest.json").read_bytes() == manifest_before
 
     assert main(["regen", EVAL_CASE, "--force"]) == 0
@@ -301,10 +302,10 @@ def test_regen_within_tolerance_rewrites(runs, monkeypatch):
     monkeypatch.setattr(reference, "compute", _perturbed_compute(1 + 1e-14))
     result = reference.regen(runs, EVAL_CASE)
     assert result.report.ok and "logits" in [b.name for b in result.changed]
-    man = reference.load_manifest(runs)
+    man = mf.load_manifest(runs)
     e = load_npz(runs / EVAL_CASE / "expected.npz")
-    assert man["cases"][EVAL_CASE]["arrays"]["logits"]["sha256"] == reference.sha256_array(e["logits"])
-    assert man["cases"][EVAL_CASE]["files"]["expected.npz"] == reference.sha256_file(runs / EVAL_CASE / "expected.npz")
+    assert man["cases"][EVAL_CASE]["arrays"]["logits"]["sha256"] == mf.sha256_array(e["logits"])
+    assert man["cases"][EVAL_CASE]["files"]["expected.npz"] == mf.sha256_file(runs / EVAL_CASE / "expected.npz")
 
 
 def test_regen_writes_atomically(runs, monkeypatch):
@@ -342,11 +343,11 @@ def test_export_writes_files_usable_by_compare(runs, tmp_path, capsys):
     out = tmp_path / "export"
     assert main(["export", EVAL_CASE, "-o", str(out)]) == 0
     assert sorted(p.name for p in out.iterdir()) == ["case.json", "expected.npz", "input.npz"]
-    for f in reference.FILES:
+    for f in mf.FILES:
         assert (out / f).read_bytes() == (runs / EVAL_CASE / f).read_bytes()
     info = json.loads((out / "case.json").read_text())
     assert info["case"] == EVAL_CASE and info["model"] == "twostage" and info["kind"] == "eval"
-    assert info["tolerances"] == reference.tolerances_of(reference.load_manifest(runs)["cases"][EVAL_CASE])
+    assert info["tolerances"] == mf.tolerances_of(mf.load_manifest(runs)["cases"][EVAL_CASE])
     assert info["tolerances"]["logits"]["reason"].startswith("float64 policy, evaluation")
     assert "--input input.npz" in info["usage"]
     assert main(["eval", str(out / "input.npz"), "-o", str(tmp_path / "mine.npz"), "-q"]) == 0
@@ -363,30 +364,30 @@ def test_export_refuses_a_damaged_case(runs, tmp_path):
 
 
 def test_regen_writes_the_policy_tolerances(runs, monkeypatch):
-    man = reference.load_manifest(runs)
+    man = mf.load_manifest(runs)
     man["cases"][EVAL_CASE]["arrays"]["logits"].update(rtol=1e-3, atol=0.0)
-    reference.save_manifest(runs, man)
+    mf.save_manifest(runs, man)
     monkeypatch.setattr(reference, "compute", _perturbed_compute(1 + 1e-14))
     reference.regen(runs, EVAL_CASE)
-    entry = reference.load_manifest(runs)["cases"][EVAL_CASE]
+    entry = mf.load_manifest(runs)["cases"][EVAL_CASE]
     inputs, expected = load_npz(runs / EVAL_CASE / "input.npz"), load_npz(runs / EVAL_CASE / "expected.npz")
     policy = tolerance.default_tolerances("twostage", "eval", inputs, expected)
-    assert reference.tolerances_of(entry) == policy
+    assert mf.tolerances_of(entry) == policy
 
 
 # --- tolerances only ----------------------------------------------------------------------------
 def test_regen_tolerances_only_keeps_files_and_hashes(runs, capsys):
     case = "shallow_train_projgd"
     files = {p: p.read_bytes() for p in (runs / case).iterdir()}
-    man = reference.load_manifest(runs)
+    man = mf.load_manifest(runs)
     for rec in man["cases"][case]["arrays"].values():
         rec.update(rtol=0.5, atol=0.0, atol_max_scale=0.0, atol_per_step=0.0, reason="loose")
-    reference.save_manifest(runs, man)
+    mf.save_manifest(runs, man)
     assert main(["regen", "--tolerances-only", case]) == 0
     assert re.fullmatch(rf"{case}: tolerances rewritten \(float64 policy; stored values at \S+ of them\)\n",
                         capsys.readouterr().out)
     assert {p: p.read_bytes() for p in (runs / case).iterdir()} == files
-    entry = reference.load_manifest(runs)["cases"][case]
+    entry = mf.load_manifest(runs)["cases"][case]
     assert all(rec["reason"].startswith("float64 policy") for rec in entry["arrays"].values())
     assert entry["arrays"]["train_loss"]["atol_per_step"] > 0
     assert entry["arrays"]["W"]["sha256"] == man["cases"][case]["arrays"]["W"]["sha256"]
@@ -403,14 +404,14 @@ def test_regen_tolerances_only_refuses_damaged_or_drifted_values(runs, capsys):
     assert main(["regen", "--tolerances-only", EVAL_CASE]) == 1
     assert f"retolerance {EVAL_CASE}: stored files do not match the manifest" in capsys.readouterr().err
     path.write_bytes(good)
-    man = reference.load_manifest(runs)
+    man = mf.load_manifest(runs)
     e = load_npz(path)
     e["logits"] = e["logits"] * (1 + 1e-9)
     entry = man["cases"][EVAL_CASE]
-    reference.write_case(runs, EVAL_CASE, reference.case_entry(
+    mf.write_case(runs, EVAL_CASE, mf.case_entry(
         entry["model"], entry["kind"], entry["description"], entry["config"], entry["seed"],
-        load_npz(runs / EVAL_CASE / "input.npz"), e, reference.tolerances_of(entry)), None, e, man)
-    reference.save_manifest(runs, man)
+        load_npz(runs / EVAL_CASE / "input.npz"), e, mf.tolerances_of(entry)), None, e, man)
+    mf.save_manifest(runs, man)
     assert main(["regen", "--tolerances-only", EVAL_CASE]) == 1
     assert re.search(rf"retolerance {EVAL_CASE}: refused, the stored values fail the new tolerances \(FAIL: .*logits",
                      capsys.readouterr().err)
@@ -501,7 +502,7 @@ def test_a_mistyped_case_name_gets_a_did_you_mean(capsys, tmp_path):
 
 # --- bits: distances in ulp, the bit-identical promises -------------------------------------------
 def test_ulp_distance_counts_in_the_spacing_of_the_stored_value():
-    ulp = reference.ulp_distance
+    ulp = bits.ulp_distance
     x = np.array([1.0, -2.0, 3.0])
     assert ulp(x, x.copy()) == 0.0
     assert ulp(np.array(1.0), np.nextafter(1.0, 2.0)) == 1.0
@@ -515,7 +516,7 @@ def test_ulp_distance_counts_in_the_spacing_of_the_stored_value():
     assert ulp(np.array(1.0), np.array(np.nan)) == np.inf
     assert ulp(np.zeros(2), np.zeros(3)) is None and ulp(np.zeros(2), np.zeros(2, dtype=np.int64)) is None
     assert ulp(np.arange(3), np.arange(3)) == 0.0 and ulp(np.arange(3), np.arange(1, 4)) is None
-    assert [reference.ulp_text(u) for u in (0.0, 64.0, 0.5, 1.25e17, None)] == [
+    assert [bits.ulp_text(u) for u in (0.0, 64.0, 0.5, 1.25e17, None)] == [
         "identical", "64 ulp", "0.5 ulp", "1.25e+17 ulp", "differs"]
 
 
@@ -539,7 +540,7 @@ def test_promises_follow_the_declaration(manifest):
 def test_promised_arrays_keep_their_stored_bits():
     """The default backend reproduces every array promised bit-identical bit for bit: a change of the oracle
     that moves them fails here until the cases are regenerated on purpose (ntpref regen CASE)."""
-    moved = [f"{r.case}/{b.name} ({reference.ulp_text(b.ulp)})" for r in reference.verify(REPO_RUNS)
+    moved = [f"{r.case}/{b.name} ({bits.ulp_text(b.ulp)})" for r in reference.verify(REPO_RUNS)
              for b in r.bits if b.promised and not b.identical]
     assert not moved, "arrays promised bit-identical moved; regenerate them on purpose: " + ", ".join(moved)
 
@@ -551,16 +552,17 @@ GENERIC_SCRIPT = r"""
 import sys
 import numpy as np
 from ntpref.npzio import load_npz
-from ntpref.oracle import reference
+from ntpref.oracle.kinds import compute, intermediates
+from ntpref.oracle.manifest import load_manifest
 root, out, *cases = sys.argv[1:]
-manifest = reference.load_manifest(root)
+manifest = load_manifest(root)
 arrays = {}
 for case in cases:
     entry = manifest["cases"][case]
     inputs = load_npz(f"{root}/{case}/input.npz")
-    results = reference.compute(entry["kind"], inputs)
+    results = compute(entry["kind"], inputs)
     if "intermediates" in entry:
-        results.update(reference.intermediates(entry["model"], entry["kind"], inputs))
+        results.update(intermediates(entry["model"], entry["kind"], inputs))
     arrays.update({f"{case}/{name}": np.asarray(a) for name, a in results.items()})
 np.savez(out, **arrays)
 """
@@ -592,13 +594,13 @@ def test_promised_arrays_are_the_same_bits_on_generic_x86_64(tmp_path, manifest,
         for name, rec in {**entry["arrays"], **entry.get("intermediates", {})}.items():
             if rec["bitwise"]:
                 checked += 1
-                ulp = reference.ulp_distance(stored[name], generic[f"{case}/{name}"])
+                ulp = bits.ulp_distance(stored[name], generic[f"{case}/{name}"])
                 if ulp != 0.0:
-                    moved.append(f"{case}/{name} ({reference.ulp_text(ulp)})")
+                    moved.append(f"{case}/{name} ({bits.ulp_text(ulp)})")
     assert checked >= 10 and not moved, moved
 
 
-def _next_float_logits(kind, inputs, backend="numba", original=reference.compute):
+def _next_float_logits(kind, inputs, backend="numba", original=kinds.compute):
     out = original(kind, inputs, backend)
     out["logits"] = np.nextafter(out["logits"], np.inf)
     return out
@@ -631,15 +633,15 @@ def test_regen_says_what_changed(runs, monkeypatch, capsys):
     then rewrites no file); the records keep their "bitwise" promises."""
     assert main(["regen", "--force", EVAL_CASE]) == 0
     capsys.readouterr()
-    files = {f: (runs / EVAL_CASE / f).read_bytes() for f in reference.FILES}
+    files = {f: (runs / EVAL_CASE / f).read_bytes() for f in mf.FILES}
     assert main(["regen", EVAL_CASE]) == 0
     assert capsys.readouterr().out == f"{EVAL_CASE}: unchanged, all 7 arrays bit-identical to the stored ones\n"
-    assert {f: (runs / EVAL_CASE / f).read_bytes() for f in reference.FILES} == files
-    promises = {n: r["bitwise"] for n, r in reference.load_manifest(runs)["cases"][EVAL_CASE]["arrays"].items()}
+    assert {f: (runs / EVAL_CASE / f).read_bytes() for f in mf.FILES} == files
+    promises = {n: r["bitwise"] for n, r in mf.load_manifest(runs)["cases"][EVAL_CASE]["arrays"].items()}
     monkeypatch.setattr(reference, "compute", _next_float_logits)
     assert main(["regen", EVAL_CASE]) == 0
     assert capsys.readouterr().out == (f"{EVAL_CASE}: rewritten, 1 of 7 arrays changed (max 1 ulp): logits 1 ulp\n")
-    entry = reference.load_manifest(runs)["cases"][EVAL_CASE]
+    entry = mf.load_manifest(runs)["cases"][EVAL_CASE]
     assert {n: r["bitwise"] for n, r in entry["arrays"].items()} == promises
     assert reference.verify(runs, [EVAL_CASE])[0].status == "bit-identical"
 

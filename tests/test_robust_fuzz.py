@@ -137,12 +137,12 @@ def test_killed_worker(fixtures):
 
 def test_classifier_flags_crashes_of_the_other_surfaces(fixtures, monkeypatch):
     """The oracle of the fuzz runs itself: internal errors, wrong statuses and stray output are crashes."""
-    from ntpref.oracle import compare, conformance, reference
+    from ntpref.oracle import cli_reference, compare, conformance, judging, manifest
 
     workdir = fixtures.workdir
     assert fuzz_cli.run_adapter_case("call:correct", "shallow", "eval", workdir).outcome == "accepted"
     with monkeypatch.context() as m:                 # an internal error behind a correct adapter
-        m.setattr(conformance, "_outputs", lambda *a: 1 / 0)
+        m.setattr(judging, "_outputs", lambda *a: 1 / 0)
         assert fuzz_cli.run_adapter_case("call:correct", "shallow", "eval", workdir).outcome == "crash"
     with monkeypatch.context() as m:                 # exit 0 for a misbehaving adapter, a PASS without a verdict
         m.setattr(fuzz_cli, "main", lambda argv: 0)
@@ -155,10 +155,10 @@ def test_classifier_flags_crashes_of_the_other_surfaces(fixtures, monkeypatch):
         m.setattr(compare, "load_tolerances", lambda *a, **k: 1 / 0)
         assert fuzz_cli.tolerance_run(FirstChooser(), fixtures).outcome == "crash"
     with monkeypatch.context() as m:
-        m.setattr(reference, "check_manifest", lambda *a: 1 / 0)
+        m.setattr(manifest, "check_manifest", lambda *a: 1 / 0)
         assert fuzz_cli.reference_run(FirstChooser(), fixtures).outcome == "crash"
     with monkeypatch.context() as m:                 # export says it succeeded but wrote nothing
-        m.setattr(reference, "export", lambda *a: [])
+        m.setattr(cli_reference, "export", lambda *a: [])
         result = fuzz_cli.reference_run(FirstChooser(), fixtures)
         assert result.steps[-1] == "run:export" and result.outcome == "crash"
     assert fuzz_cli.classify(2, "Traceback (most recent call last):\nntpref: error: x\n")[0] == "crash"

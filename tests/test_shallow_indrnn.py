@@ -12,20 +12,28 @@ from common_checks import check_backends_agree, indrnn_case
 from ntpref import shallow
 from ntpref.errors import InputError
 from ntpref.shallow import scale_tokens
+from ntpref.shallow.activation import ACTIVATIONS
 from ntpref.shallow.indrnn import (Batch, Forward, LossAndGrad, Params, forward, hidden_states, loss_and_grad,
                                    paired_init, prepare)
 from ntpref.shallow.indrnn_kernels import BLOCK
 
-ACTS = ("tanh", "erf")
+#: σ and σ' of every activation of the models (ntpref.shallow.activation.ACTIVATIONS), written independently
+#: of the library, each by its own formula (closed-form checks).
+SIGMA = {"tanh": np.tanh, "erf": np.vectorize(lambda v: math.erf(v / math.sqrt(2.0)))}
+DSIGMA = {"tanh": lambda x: 1.0 / np.cosh(x) ** 2, "erf": lambda x: np.sqrt(2.0 / np.pi) * np.exp(-0.5 * x * x)}
+ACTS = tuple(ACTIVATIONS)
+
+
+def test_the_closed_forms_follow_the_models_activations():
+    assert set(SIGMA) == set(DSIGMA) == set(ACTIVATIONS)
 
 
 def _sigma(x, act):
-    """σ written independently of the library (closed-form checks)."""
-    return np.tanh(x) if act == "tanh" else np.vectorize(lambda v: math.erf(v / math.sqrt(2.0)))(x)
+    return SIGMA[act](x)
 
 
 def _dsigma(x, act):
-    return 1.0 / np.cosh(x) ** 2 if act == "tanh" else np.sqrt(2.0 / np.pi) * np.exp(-0.5 * x * x)
+    return DSIGMA[act](x)
 
 
 def _problem(rng, n, T, d, m):

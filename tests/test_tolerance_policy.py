@@ -9,13 +9,14 @@ import numpy as np
 import pytest
 
 from ntpref.errors import InputError
-from ntpref.oracle import contract, reference, tolerance
+from ntpref.oracle import contract, kinds, manifest, tolerance
 from ntpref.oracle.compare import compare_arrays
+from ntpref.shallow.activation import ACTIVATIONS
 from ntpref.twostage import magnitudes
 from ntpref.npzio import load_npz
 
-REPO_RUNS = Path(reference.__file__).resolve().parents[2] / "reference_runs"
-MANIFEST = reference.load_manifest(REPO_RUNS)
+REPO_RUNS = Path(manifest.__file__).resolve().parents[2] / "reference_runs"
+MANIFEST = manifest.load_manifest(REPO_RUNS)
 CASES = list(MANIFEST["cases"])
 U = 2.0 ** -53
 
@@ -24,7 +25,7 @@ def stored(case):
     entry = MANIFEST["cases"][case]
     expected = load_npz(REPO_RUNS / case / "expected.npz")
     if "intermediates" in entry:
-        expected.update(load_npz(REPO_RUNS / case / reference.INTERMEDIATES))
+        expected.update(load_npz(REPO_RUNS / case / manifest.INTERMEDIATES))
     return entry, load_npz(REPO_RUNS / case / "input.npz"), expected
 
 
@@ -46,11 +47,20 @@ def passes(expected, actual, tols):
 
 
 # --- independent straightforward implementations (the equations of docs/, plain loops, index order) ---
+_erf = np.vectorize(math.erf, otypes=[float])
+#: (σ, σ') of every activation of the models (ntpref.shallow.activation.ACTIVATIONS), each by its own
+#: formula (docs/shallow.md §1).
+SIGMA = {"tanh": lambda s: (np.tanh(s), 1.0 - np.tanh(s) ** 2),
+         "erf": lambda s: (_erf(s / math.sqrt(2.0)), math.sqrt(2.0 / math.pi) * np.exp(-s * s / 2.0))}
+
+
 def _sigma(s, activation):
-    if activation == "tanh":
-        return np.tanh(s), 1.0 - np.tanh(s) ** 2
-    erf = np.vectorize(math.erf, otypes=[float])
-    return erf(s / math.sqrt(2.0)), math.sqrt(2.0 / math.pi) * np.exp(-s * s / 2.0)
+    return SIGMA[activation](s)
+
+
+def test_the_restatements_follow_the_models_activations():
+    """An activation added to the models needs its formula here too: the naive models below read SIGMA."""
+    assert set(SIGMA) == set(ACTIVATIONS)
 
 
 def naive_shallow(inputs):
@@ -215,7 +225,7 @@ def test_exactly_zero_output_gets_a_problem_scaled_bound():
     entry, inputs, expected = stored("shallow_eval_paired_init")
     assert not np.any(expected["f"])
     atol = policy("shallow_eval_paired_init")["f"]["atol"]
-    scale = np.abs(inputs["c"]) @ np.abs(np.tanh(reference.intermediates("shallow", "eval", inputs)["head_s"])).T
+    scale = np.abs(inputs["c"]) @ np.abs(np.tanh(kinds.intermediates("shallow", "eval", inputs)["head_s"])).T
     assert 1e-16 * scale.max() < atol < 1e-11 * scale.max()
 
 
@@ -246,8 +256,8 @@ def test_run_kind():
 @pytest.mark.parametrize("case", CASES)
 def test_stored_case_other_backend_passes(case):
     entry, inputs, expected = stored(case)
-    other = reference.compute(entry["kind"], inputs, "numpy")
-    other.update(reference.intermediates(entry["model"], entry["kind"], inputs, "numpy"))
+    other = kinds.compute(entry["kind"], inputs, "numpy")
+    other.update(kinds.intermediates(entry["model"], entry["kind"], inputs, "numpy"))
     passes(expected, other, policy(case))
 
 
@@ -312,8 +322,8 @@ def _shallow_gradients(monkeypatch, model, change):
     spec = MODELS[model]
 
     def gradients(data, params, kappa, backend):
-        f, *grads = spec.gradients(data, params, kappa, backend)
-        return (f, *(change(b, g) for b, g in enumerate(grads)))
+        f, grads = spec.gradients(data, params, kappa, backend)
+        return f, grads._make(change(b, g) for b, g in enumerate(grads))
 
     monkeypatch.setitem(MODELS, model, spec._replace(gradients=gradients))
 

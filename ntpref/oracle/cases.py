@@ -153,10 +153,10 @@ def stored_cases(models: Iterable[str] | None = None, root: str | os.PathLike | 
     """The stored reference cases of ``kinds`` (default eval and train: the extra kinds, "ntk", take no
     adapter) of ``models``.
 
-    root: a reference directory (default :func:`ntpref.oracle.reference.default_root`); one without cases
+    root: a reference directory (default :func:`ntpref.oracle.manifest.default_root`); one without cases
     is an InputError, as for ``ntpref verify``. A file that does not match the manifest is an InputError
     naming the case, the file and the array."""
-    from .reference import calibrated_of, default_root, load_cases, tolerances_of
+    from .manifest import calibrated_of, default_root, load_cases, tolerances_of
 
     models = check_models(models)
     root = Path(root if root is not None else default_root())
@@ -171,7 +171,7 @@ def stored_cases(models: Iterable[str] | None = None, root: str | os.PathLike | 
 
 def _stored_loader(root: Path, name: str, entry: dict) -> Callable[[], tuple[dict, dict]]:
     def load():
-        from .reference import check_file
+        from .manifest import check_file
 
         files = {}
         for filename in ("input.npz", "expected.npz", "intermediates.npz"):

@@ -2,9 +2,9 @@
 docs/exact.md), for cases of every kind: eval, train (every logged step of every trajectory, and the final
 iterates) and the shallow transformer's stored NTK Gram matrix.
 
-A case is run twice from the same float64 inputs: by the oracle (``reference.compute`` of its kind with the
-chosen backend, plus the intermediates its stored case keeps: ``reference.intermediates``) and by
-``ntpref.exact.compute`` (mpmath, 50 digits). For every array Q both compute, with Q̂ the oracle's value
+A case is run twice from the same float64 inputs: by the oracle (:func:`ntpref.oracle.kinds.compute` of its
+kind with the chosen backend, plus the intermediates its stored case keeps: :func:`ntpref.oracle.kinds.intermediates`)
+and by ``ntpref.exact.compute`` (mpmath, 50 digits). For every array Q both compute, with Q̂ the oracle's value
 and Q the multiprecision one (unrounded), elementwise
 
     err_k = |Q̂_k − Q_k|,   bound_k = atol + atol_per_step·t + atol_max_scale·max|Q| + rtol·|Q_k|
@@ -56,7 +56,8 @@ from .cases import DEFAULT_RANDOM, TRAJECTORIES, Case, random_cases, stored_case
 from .cases import KINDS as CASE_KINDS
 from .compare import check_tolerance, element_bounds
 from .exactness import differences, exact_backend
-from .reference import KINDS
+from .kinds import KINDS, compute, intermediates
+from .manifest import default_root, record_certified
 
 _NOT_COMPUTED = "not computed by the exact backend"
 #: Seconds between two progress lines of a running case.
@@ -268,8 +269,6 @@ def _tolerances(case: Case, names: list[str]) -> dict[str, dict]:
 def certify_case(case: Case, backend: str = "numba", steps: int | None = None) -> CaseResult:
     """The certification of one case (module docstring); a train case cut to ``steps`` updates per stage
     (:func:`truncated`) when given."""
-    from .reference import compute, intermediates
-
     check_backend(backend)
     exact = exact_backend()
     if case.kind not in KINDS:
@@ -363,9 +362,6 @@ def heartbeat(progress, case: str, done: int, total: int):
 
 
 def _handle(args) -> int:
-    from ..progress import Progress
-    from .reference import default_root, record_certified
-
     if args.record and (args.steps is not None or args.backend != "numba"):
         raise InputError("--record stores what certifies the stored files: whole runs of the numba backend "
                          "(no --steps, no --backend numpy)")

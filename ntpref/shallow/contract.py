@@ -115,7 +115,7 @@ def evaluate(model: str, arrays: Mapping[str, np.ndarray], backend: str = "numba
     spec, data, params, kappa = _parse(model, arrays, "eval")
     result = evaluation.loss_and_grad(spec, data, params, kappa=kappa, backend=backend)
     out = {"f": result.f, "loss": np.array(result.loss)}
-    out.update({f"grad_{b}": g for b, g in zip(spec.blocks, result[1:-1])})
+    out.update({f"grad_{b}": g for b, g in spec.block_gradients(result)._asdict().items()})
     return out
 
 
@@ -170,5 +170,5 @@ def head_state_intermediates(kind: str, arrays: Mapping[str, np.ndarray], backen
     none for a train case (its outputs hold the per-step losses)."""
     if kind == "train":
         return {}
-    s, a, MU = head_states(input_data(TRANSFORMER.name, arrays), arrays["U"], arrays["W"], backend=backend)
-    return {"head_s": np.asarray(s), "head_a": np.asarray(a), "head_MU": np.asarray(MU)}
+    states = head_states(input_data(TRANSFORMER.name, arrays), arrays["U"], arrays["W"], backend=backend)
+    return {f"head_{name}": np.asarray(value) for name, value in states._asdict().items()}

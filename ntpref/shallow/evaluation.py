@@ -84,7 +84,8 @@ class Model(NamedTuple):
     X and y are those options; Params: the parameter type, whose fields are the blocks in call order (each
     [m, ...], head first); check_params(*params, d=): the parameters validated as float64 for tokens of
     dimension d (a Params); outputs(data, params, backend): f [n]; gradients(data, params, kappa, backend):
-    (f [n], the gradients in block order); LossAndGrad: the model's result (loss, grad_<block>..., f);
+    (f [n], a Params holding each block's gradient in its field); LossAndGrad: the model's result, fields
+    loss, grad_<block> for every block and f;
     logged: the block whose gradient norm the file contract reports; block_shapes: the shape of each block
     (text, in block order)."""
     name: str
@@ -108,6 +109,11 @@ class Model(NamedTuple):
     def options(self) -> tuple[str, ...]:
         """The keyword options of ``prepare`` (shallow: tau_att, mask_last_key, activation; indrnn: activation)."""
         return self.Batch._fields[2:]
+
+    def block_gradients(self, result):
+        """The gradients of a LossAndGrad ``result`` as a Params, read by name: block b's field holds
+        ``result.grad_<b>``."""
+        return self.Params(**{b: getattr(result, f"grad_{b}") for b in self.blocks})
 
 
 def check_data(model: Model, data) -> None:
@@ -167,7 +173,8 @@ def loss_and_grad(model: Model, data, params, *, kappa, backend):
 def loss_and_grad_checked(model: Model, data, params, kappa: float, backend: str):
     """:func:`loss_and_grad` on validated arguments (``params`` from model.check_params, data with targets),
     as a training loop calls it every step; every output refused (NonFiniteError) when not finite."""
-    f, *grads = model.gradients(data, params, kappa, backend)
+    f, grads = model.gradients(data, params, kappa, backend)
     loss = loss_from_outputs(f, data.y, kappa)
-    require_finite(f=f, loss=loss, **{f"grad_{name}": g for name, g in zip(model.blocks, grads)})
-    return model.LossAndGrad(loss, *grads, f)
+    named = {f"grad_{block}": g for block, g in grads._asdict().items()}
+    require_finite(f=f, loss=loss, **named)
+    return model.LossAndGrad(loss=loss, f=f, **named)

@@ -98,16 +98,18 @@ def _outputs(data: Batch, p: Params, backend: str) -> np.ndarray:
 
 
 def _gradients(data: Batch, p: Params, kappa: float, backend: str):
-    """(f [n], grad_c [m], grad_u [m], grad_W_in [m, d]) by the BPTT of the module docstring."""
+    """(f [n], Params(c=grad_c [m], u=grad_u [m], W_in=grad_W_in [m, d])) by the BPTT of the module docstring,
+    each block's gradient in that block's field."""
     X, y = data.X, data.y
     if backend == "numpy":
-        return _loss_grad_np(X, y, p.c, p.u, p.W_in, kappa, data.activation)
+        f, grad_c, grad_u, grad_W_in = _loss_grad_np(X, y, p.c, p.u, p.W_in, kappa, data.activation)
+        return f, Params(c=grad_c, u=grad_u, W_in=grad_W_in)
     n, _, d = X.shape
     m = p.c.shape[0]
     f, grad_c, grad_u, grad_WT = np.empty(n), np.empty(m), np.empty(m), np.empty((d, m))
     indrnn_kernels.loss_grad_kernel(X, y, p.c, p.u, np.ascontiguousarray(p.W_in.T), activation_code(data.activation),
                                     kappa, f, grad_c, grad_u, grad_WT)
-    return f, grad_c, grad_u, np.ascontiguousarray(grad_WT.T)
+    return f, Params(c=grad_c, u=grad_u, W_in=np.ascontiguousarray(grad_WT.T))
 
 
 #: The IndRNN as the shared evaluation, the trainer and the file contract see it (evaluation.Model).

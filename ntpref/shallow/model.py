@@ -131,7 +131,8 @@ def _outputs(data: Batch, p: Params, backend: str) -> np.ndarray:
 
 
 def _gradients(data: Batch, p: Params, kappa: float, backend: str):
-    """(f [n], grad_c [m], grad_U [m, d], grad_W [m, d, d]): the closed forms of :func:`loss_and_grad`."""
+    """(f [n], Params(c=grad_c [m], U=grad_U [m, d], W=grad_W [m, d, d])): the closed forms of
+    :func:`loss_and_grad`, each block's gradient in that block's field."""
     X, y = data.X, data.y
     n, _, d = X.shape
     m = p.U.shape[0]
@@ -143,11 +144,11 @@ def _gradients(data: Batch, p: Params, kappa: float, backend: str):
         grad_c = np.einsum("n,nm->m", g, sigma_np(s, data.activation)) / math.sqrt(m)
         grad_U = np.einsum("nm,nmk->mk", e, a)
         grad_W = np.einsum("nm,nmk,nl->mkl", e, MU, q) / data.tau_att
-        return f, grad_c, grad_U, grad_W
+        return f, Params(c=grad_c, U=grad_U, W=grad_W)
     f, grad_c, grad_U, grad_W = np.empty(n), np.empty(m), np.empty((d, m)), np.empty((d, d, m))
     kernels.loss_grad_kernel(X, y, p.c, *_heads_last(p.U, p.W), 1.0 / data.tau_att, data.n_keys,
                              activation_code(data.activation), kappa / n, f, grad_c, grad_U, grad_W)
-    return f, grad_c, np.ascontiguousarray(grad_U.T), np.ascontiguousarray(grad_W.transpose(2, 0, 1))
+    return f, Params(c=grad_c, U=np.ascontiguousarray(grad_U.T), W=np.ascontiguousarray(grad_W.transpose(2, 0, 1)))
 
 
 #: The transformer as the shared evaluation, the trainer and the file contract see it (evaluation.Model).

@@ -194,9 +194,9 @@ def _activations(s: np.ndarray, activation: str, backend: str):
 
 def _chunk_states(data: Batch, U, W, backend: str):
     """(σ [n, b], σ' [n, b], a [n, b, d], MU [n, b, d]) of the heads (U, W) on the prepared data."""
-    s, a, MU = head_states(data, U, W, backend=backend)
-    sig, ds = _activations(np.ascontiguousarray(s), data.activation, backend)
-    return sig, ds, np.ascontiguousarray(a), np.ascontiguousarray(MU)
+    states = head_states(data, U, W, backend=backend)
+    sig, ds = _activations(np.ascontiguousarray(states.s), data.activation, backend)
+    return sig, ds, np.ascontiguousarray(states.a), np.ascontiguousarray(states.MU)
 
 
 def _chunks(m: int, block: int):

@@ -163,12 +163,14 @@ def train(data, params: Sequence[np.ndarray], *, eta, steps, rho=None, batch_siz
         try:
             with np.errstate(over="ignore", invalid="ignore"):  # divergence is reported just below
                 if rng is None:
-                    train_loss[t], *grads, _ = loss_and_grad_checked(spec, data, theta, kappa, backend)
+                    result = loss_and_grad_checked(spec, data, theta, kappa, backend)
+                    train_loss[t] = result.loss
                 else:
                     idx = rng.integers(0, n, size=batch_size)
                     mini = data._replace(X=data.X[idx], y=data.y[idx])   # rows of prepared data
-                    _, *grads, _ = loss_and_grad_checked(spec, mini, theta, kappa, backend)
+                    result = loss_and_grad_checked(spec, mini, theta, kappa, backend)
                     train_loss[t] = forward_checked(spec, data, theta, kappa, backend).loss
+                grads = spec.block_gradients(result)
                 for b, g in enumerate(grads):
                     norms[b, t] = math.sqrt(np.sum(g * g))
                 stepped = [p - eta * g for p, g in zip(theta, grads)]

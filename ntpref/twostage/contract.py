@@ -94,13 +94,13 @@ def evaluate(model: str, arrays: Mapping[str, np.ndarray], backend: str = "numba
     W_ov, W_kq = _matrices(arrays, ds.d)
     prep = prepare(ds)
     fw = forward(prep, W_ov, W_kq, backend=backend)
-    loss, g_ov, g_kq = loss_and_grad(prep, W_ov, W_kq, backend=backend)
+    result = loss_and_grad(prep, W_ov, W_kq, backend=backend)
     inside = np.arange(ds.Lmax)[None, :] < ds.lengths[:, None]
-    out = {"loss": _f64(loss), "logits": _f64(fw.logits), "attn": _f64(np.where(inside, fw.attn, 0.0)),
-           "grad_W_ov": _f64(g_ov), "grad_W_kq": _f64(g_kq)}
+    out = {"loss": _f64(result.loss), "logits": _f64(fw.logits), "attn": _f64(np.where(inside, fw.attn, 0.0)),
+           "grad_W_ov": _f64(result.grad_W_ov), "grad_W_kq": _f64(result.grad_W_kq)}
     if ds.succ is not None:
-        loss0, g0, _ = loss_and_grad(prepare_collocations(ds.E, ds.succ), W_ov, None, backend=backend)
-        out.update(loss0=_f64(loss0), grad0_W_ov=_f64(g0))
+        stage1 = loss_and_grad(prepare_collocations(ds.E, ds.succ), W_ov, None, backend=backend)
+        out.update(loss0=_f64(stage1.loss), grad0_W_ov=_f64(stage1.grad_W_ov))
     return out
 
 
