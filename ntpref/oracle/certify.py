@@ -51,6 +51,7 @@ import numpy as np
 
 from ..checks import check_backend, did_you_mean, integer_at_least, positive_argument
 from ..errors import InputError
+from ..progress import Progress
 from ..rounding import U
 from .cases import DEFAULT_RANDOM, TRAJECTORIES, Case, random_cases, stored_cases
 from .cases import KINDS as CASE_KINDS
