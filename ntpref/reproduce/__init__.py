@@ -50,6 +50,8 @@ TARGETS = {
     "rnn": "rnn",                     # transformer vs IndRNN on the autoregressive task
     "ntk": "ntk",                     # NTK-regime diagnostics: head movement, lambda_min, kernel drift
     "projsgd": "projsgd",             # ProjGD vs ProjSGD: min training loss vs m
+    "joint": "joint",                 # joint training of W_ov, W_kq vs Algorithm 1 at equal gradient evaluations
+    "optimizers": "optimizers",       # GD, normalized GD, Adam, AdamW in stage 2 and jointly: where each direction goes
 }
 
 #: The text table of a target, next to its figures.

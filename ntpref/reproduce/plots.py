@@ -31,11 +31,12 @@ def save_figure(fig, path: str | Path) -> Path:
     return path
 
 
-def band(ax, t, values, label, color, log=False):
-    """Mean over seeds (rows of ``values``) with its 95% CI band; ``log``: geometric mean (CI of log)."""
+def band(ax, t, values, label, color, log=False, ls="-"):
+    """Mean over seeds (rows of ``values``) with its 95% CI band, the mean drawn in line style ``ls``; ``log``:
+    geometric mean (CI of log)."""
     mean, half = mean_ci(np.log(values) if log else values)
     lo, mid, hi = (np.exp(mean - half), np.exp(mean), np.exp(mean + half)) if log else (mean - half, mean, mean + half)
-    ax.plot(t, mid, color=color, lw=1.6, label=label)
+    ax.plot(t, mid, color=color, lw=1.6, label=label, ls=ls)
     ax.fill_between(t, lo, hi, color=color, alpha=0.25, lw=0)
 
 

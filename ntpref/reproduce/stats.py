@@ -118,6 +118,47 @@ def ratio_interval(first, last, statistic=np.mean, draws: int = BOOTSTRAP_DRAWS)
     return float(lo), float(hi)
 
 
+def mean_interval(values, draws: int = BOOTSTRAP_DRAWS) -> tuple[float, float] | None:
+    """The 95% percentile-bootstrap interval of the mean of per-seed ``values`` (one value per seed, in seed
+    order): each draw averages a resample of the seeds with replacement (:func:`paired_resamples`, so values
+    of the same seeds stay paired across calls). None with fewer than two seeds."""
+    v = np.asarray(values, dtype=np.float64)
+    if v.size < 2:
+        return None
+    lo, hi = np.percentile(v[paired_resamples(v.size, draws)].mean(axis=1), [2.5, 97.5])
+    return float(lo), float(hi)
+
+
+def mean_interval_text(values, digits: int = 4) -> str:
+    """"0.9837 [0.9801, 0.9866]": the mean of the finite per-seed ``values`` and its bootstrap interval
+    (:func:`mean_interval`); " (k of n seeds)" follows when some values are NaN (e.g. a level not reached),
+    "-" stands for none."""
+    v = np.asarray(values, dtype=np.float64)
+    finite = v[np.isfinite(v)]
+    if finite.size == 0:
+        return "-"
+    text = f"{float(np.mean(finite)):.{digits}g}{interval_text(mean_interval(finite), digits)}"
+    return text if finite.size == v.size else f"{text} ({finite.size} of {v.size} seeds)"
+
+
+def interval_table(groups: dict, columns: dict) -> str:
+    """A tabulate table with one row per group (label -> its seeds' arrays, a list of dicts) and one column
+    per entry of ``columns`` (header -> function of one seed's arrays giving a number): mean [95% bootstrap
+    interval] over the group's seeds (:func:`mean_interval_text`)."""
+    rows = [[label, *[mean_interval_text([fn(a) for a in seeds]) for fn in columns.values()]]
+            for label, seeds in groups.items()]
+    return tabulate(rows, headers=["", *columns], disable_numparse=True)
+
+
+def first_lasting(t, y, level: float) -> float:
+    """The first step of the grid ``t`` from which ``y`` ≥ ``level`` at every later step of the grid; NaN
+    when y < level at the last step."""
+    below = np.flatnonzero(np.asarray(y) < level)
+    if below.size == 0:
+        return float(t[0])
+    return math.nan if below[-1] == len(t) - 1 else float(t[below[-1] + 1])
+
+
 def interval_text(interval: tuple[float, float] | None, digits: int = 3) -> str:
     """" [1.05, 1.32]" for an interval, "" for None (too few seeds)."""
     return "" if interval is None else f" [{interval[0]:.{digits}g}, {interval[1]:.{digits}g}]"
