@@ -37,11 +37,12 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import InputError
+from ..sweep import CellArray
 from . import Summary
 from .configs import per_seed_config, seed_cells, time_grid
 from .plots import band, pyplot, save_figure
 from .stats import first_lasting, interval_table, mean_interval_text
-from .trajectory import Phase, gradient_agreement, problem, run
+from .trajectory import Phase, gradient_agreement, problem, run, series_arrays
 from .updates import Rule
 
 DESCRIPTION = ("joint training of W_ov, W_kq from zero (normalized GD, joint and per block) vs Algorithm 1 "
@@ -94,6 +95,17 @@ def cell(seed: int, K: int, N: int, T0: int, T: int) -> dict[str, np.ndarray]:
         out.update({f"{name}_{k}": v for k, v in r.series.items()})
         out[f"{name}_grad_cos"] = np.float64(gradient_agreement(p, r.W_ov, r.W_kq, phases[-1].train))
     out["cpu_seconds"] = np.float64(time.process_time() - start)
+    return out
+
+
+def cell_arrays(seed: int, K: int, N: int, T0: int, T: int) -> dict[str, CellArray]:
+    """What :func:`cell` returns: the grid t [n], the step sizes, per arm its series [n] and its gradient
+    cosine, and the CPU seconds."""
+    n, positive = grid(T0, T).size, CellArray("f8", low=0.0)
+    out = {"t": CellArray("i8", (n,), low=0), "eta0": positive, "eta": positive, "cpu_seconds": positive}
+    for name in arms(K, T0, T):
+        out.update({f"{name}_{k}": v for k, v in series_arrays(n).items()})
+        out[f"{name}_grad_cos"] = CellArray("f8")
     return out
 
 

@@ -32,13 +32,14 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import InputError
+from ..sweep import CellArray
 from ..twostage import rho
 from . import Summary
 from .configs import select_config
 from .joint import grid, step_sizes
 from .plots import band, pyplot, save_figure
 from .stats import first_lasting, interval_table, mean_interval_text
-from .trajectory import Phase, gradient_agreement, problem, run
+from .trajectory import Phase, gradient_agreement, problem, run, series_arrays
 from .updates import Rule
 
 DESCRIPTION = ("GD, normalized GD, Adam, AdamW in stage 2 and in joint training from zero: rho to W_kq* (W_ov*), "
@@ -92,6 +93,16 @@ def cell(seed: int, setting: str, method: str, K: int, N: int, T0: int, T: int) 
     out.update(r.series)
     out["cpu_seconds"] = np.float64(time.process_time() - start)
     return out
+
+
+def cell_arrays(seed: int, setting: str, method: str, K: int, N: int, T0: int, T: int) -> dict[str, CellArray]:
+    """What :func:`cell` returns: the grid t [n], the final and half-way W_ov, W_kq [K, K], the gradient cosine,
+    the two reference margins, the run's series [n] and the CPU seconds."""
+    n = (grid(0, T) if setting == "stage2" else grid(T0, T)).size
+    matrix, scalar = CellArray("f8", (K, K)), CellArray("f8")
+    return {"t": CellArray("i8", (n,), low=0), "W_ov": matrix, "W_kq": matrix, "W_ov_half": matrix,
+            "W_kq_half": matrix, "grad_cos": scalar, "star_linf_kq": scalar, "star_sign_ov": scalar,
+            **series_arrays(n), "cpu_seconds": CellArray("f8", low=0.0)}
 
 
 # ---- summary ------------------------------------------------------------------------------------------

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import InputError
+from ..sweep import CellArray
 from ..twostage import (W_kq_star, W_ov_star, direction, forward, loss_and_grad, observed_relations,
                         optimal_tokens, prepare, prepare_collocations, random_realizable, rho)
 from ..twostage.orders import optimal_token_sentences
@@ -44,6 +45,17 @@ from .updates import Rule, Updater, frobenius
 BLOCKS = ("ov", "kq")
 METRICS = ("loss", "floor", "excess", "accuracy", "attn_opt", "corr_ov", "corr_kq", "norm_ov", "norm_kq",
            "l2_ov", "l2_kq", "linf_ov", "linf_kq", "sign_ov")
+
+
+#: Metrics with a range a check can use (low, high); the others (correlations, margins, L − L*) have none.
+BOUNDS = {"loss": (0.0, np.inf), "floor": (0.0, np.inf), "accuracy": (0.0, 1.0), "norm_ov": (0.0, np.inf),
+          "norm_kq": (0.0, np.inf)}
+
+
+def series_arrays(n: int) -> dict[str, CellArray]:
+    """The :data:`METRICS` series of one run over a grid of ``n`` steps, as the targets' ``cell_arrays`` declare
+    them (:class:`ntpref.sweep.CellArray`)."""
+    return {name: CellArray("f8", (n,), *BOUNDS.get(name, ())) for name in METRICS}
 
 
 def linf_norm_star(U, V, Q, K: int) -> float:
