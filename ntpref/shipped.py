@@ -113,7 +113,8 @@ def register(subparsers) -> None:
     """Add ``ntpref adapters [NAME]`` and ``ntpref docs [PAGE]``."""
     text = "list the shipped conformance adapters (PyTorch, JAX, NumPy) and the C example, and where their files are"
     p = subparsers.add_parser("adapters", help=text, description=text + "; with NAME, print the path of its file")
-    p.add_argument("name", nargs="?", metavar="NAME")
+    p.add_argument("name", nargs="?", metavar="NAME", help="an adapter or the C example (c-twostage-eval): print "
+                   "the path of its file alone")
     p.set_defaults(func=_adapters)
     text = "list the documentation pages shipped with ntpref, or print the path of one"
     p = subparsers.add_parser("docs", help=text, description=text + " (e.g. ntpref docs contract)")
