@@ -9,6 +9,7 @@ wheel): ``python -m pytest -m slow tests/test_packaging.py``. A fast test reads 
 checks that every file the docs name for users is in it.
 """
 import ast
+import os
 import re
 import shutil
 import subprocess
@@ -91,11 +92,14 @@ def test_every_file_the_docs_name_for_users_is_installed():
 
 
 def run(cmd, cwd, env_bin=None, timeout=1800, status=0):
-    """Run ``cmd`` (a list; its first item looked up in ``env_bin`` when given) in ``cwd``, expecting exit
-    status ``status``; its stdout."""
+    """Run ``cmd`` (a list; its first item looked up in ``env_bin`` when given, and then without a PYTHONPATH
+    that would put the clone before the installed package) in ``cwd``, expecting exit status ``status``; its
+    stdout."""
+    env = dict(os.environ)
     if env_bin is not None:
         cmd = [str(env_bin / cmd[0]), *cmd[1:]]
-    proc = subprocess.run([str(c) for c in cmd], cwd=cwd, capture_output=True, text=True, timeout=timeout)
+        env.pop("PYTHONPATH", None)
+    proc = subprocess.run([str(c) for c in cmd], cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env)
     assert proc.returncode == status, f"{cmd}: exit {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     return proc.stdout
 

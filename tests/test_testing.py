@@ -2,6 +2,7 @@
 file, run by pytest in a subprocess at its default verbosity next to a passing adapter (the oracle's NumPy
 backend, tests/conformance_adapters/oracle_numpy.py) and next to a mutant of it: one test per case, named by
 the case id, and a failing case's message holds the case's whole table, the failing array's row entire."""
+import os
 import re
 import subprocess
 import sys
@@ -10,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from ntpref.oracle import contract
 from ntpref.oracle.conformance import cases, check
 from ntpref.testing import assert_conforms, parametrize_with_cases
 
@@ -41,9 +43,9 @@ def _pytest(folder: Path, adapter_source: str) -> tuple[int, str]:
     """pytest run at its default verbosity in ``folder`` on the docs' example beside ``my_adapter.py``."""
     (folder / "test_against_ntpref.py").write_text(_docs_example())
     (folder / "my_adapter.py").write_text(adapter_source)
+    env = {k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS"}     # pytest's own defaults
     proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider"], cwd=folder, text=True,
-                          capture_output=True, timeout=1200, env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin",
-                                                                  "HOME": str(folder)})
+                          capture_output=True, timeout=1200, env={**env, "PYTHONPATH": str(REPO)})
     return proc.returncode, proc.stdout + proc.stderr
 
 
@@ -81,24 +83,28 @@ def test_a_failing_case_shows_its_whole_table_at_default_verbosity(tmp_path):
     assert f"E       {row}\n" in out, out
 
 
+def _oracle(model, inputs):
+    return contract.evaluate({"model": model, **inputs})
+
+
+def _wrong_loss(model, inputs):
+    return {**_oracle(model, inputs), "loss": np.array(1.0)}
+
+
+def _declines(model, inputs):
+    raise NotImplementedError("not the RNN")
+
+
 def test_assert_conforms_passes_raises_and_skips():
     case = next(c for c in cases(["indrnn"], stored=False, random=2) if c.kind == "eval")
-    oracle = {"evaluate": lambda model, inputs: check_oracle(model, inputs)}
-    assert assert_conforms(oracle, case).ok
-    off = {"evaluate": lambda model, inputs: {**check_oracle(model, inputs), "loss": np.array(1.0)}}
+    assert assert_conforms({"evaluate": _oracle}, case).ok
     with pytest.raises(AssertionError) as info:
-        assert_conforms(off, case)
+        assert_conforms({"evaluate": _wrong_loss}, case)
     message = str(info.value)
     assert message.startswith(f"FAIL  {case.id}: 4/5 arrays within tolerance; failing: loss\ncase ")
     assert len(message.splitlines()) == 1 + 2 + 5          # summary, header and rule, a row per array
-    declined = {"evaluate": lambda model, inputs: (_ for _ in ()).throw(NotImplementedError("not the RNN"))}
     with pytest.raises(pytest.skip.Exception, match="not the RNN"):
-        assert_conforms(declined, case)
-
-
-def check_oracle(model, inputs):
-    from ntpref.oracle import contract
-    return contract.evaluate({"model": model, **inputs})
+        assert_conforms({"evaluate": _declines}, case)
 
 
 def test_parametrize_with_cases_names_each_test_by_its_case():
