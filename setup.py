@@ -23,14 +23,18 @@ setup(
     long_description=long_description(),
     long_description_content_type="text/markdown",
     python_requires=">=3.10,<3.14",
-    # the stored reference cases, the conformance adapters and the documentation ship inside the package
-    # (ntpref/reference_runs, ntpref/adapters, ntpref/docs; ntpref.shipped finds them), so `ntpref verify`,
-    # `ntpref conformance --adapter NAME` and `ntpref docs` work on any install
+    # the stored reference cases, the conformance adapters, the C example and the documentation ship inside
+    # the package (ntpref/reference_runs, ntpref/adapters, ntpref/numpy_adapters, ntpref/c_example,
+    # ntpref/docs; ntpref.shipped finds them), so `ntpref verify`, `ntpref conformance --adapter NAME`,
+    # `ntpref adapters [NAME]` and `ntpref docs` work on any install
     packages=find_packages(include=["ntpref", "ntpref.*"]) + ["ntpref.reference_runs", "ntpref.adapters",
+                                                             "ntpref.numpy_adapters", "ntpref.c_example",
                                                              "ntpref.docs"],
     package_dir={"ntpref.reference_runs": "reference_runs", "ntpref.adapters": "examples/adapters",
+                 "ntpref.numpy_adapters": "tests/conformance_adapters", "ntpref.c_example": "examples/c",
                  "ntpref.docs": "docs"},
     package_data={"ntpref.reference_runs": ["manifest.json", "README.md", "*/*.npz"],
+                  "ntpref.c_example": ["*.c"],
                   "ntpref.docs": ["*.md", "figures/*.png", "results/*/*/README.md", "results/*/*/summary.txt",
                                   "results/*/*/*.png"]},
     install_requires=[

@@ -1,18 +1,21 @@
 """The files shipped beside the code, found the same way in a clone and in an installed package.
 
 In a clone of the repository (or an editable install) they are the repository's own directories
-``docs/``, ``examples/adapters/`` and ``reference_runs/``; a built wheel or sdist installs them as
-``ntpref/docs``, ``ntpref/adapters`` and ``ntpref/reference_runs`` (setup.py maps them), so the commands
-that use them (``ntpref verify``, ``ntpref conformance --adapter NAME``, ``ntpref docs``) work on any
-install. Commands:
+``docs/``, ``examples/adapters/``, ``tests/conformance_adapters/``, ``examples/c/`` and ``reference_runs/``;
+a built wheel or sdist installs them as ``ntpref/docs``, ``ntpref/adapters``, ``ntpref/numpy_adapters``,
+``ntpref/c_example`` and ``ntpref/reference_runs`` (setup.py maps them), so the commands that use them
+(``ntpref verify``, ``ntpref conformance --adapter NAME``, ``ntpref adapters``, ``ntpref docs``) work on
+any install. Commands:
 
-    ntpref adapters          the shipped conformance adapters: name, framework, installed or not, file
+    ntpref adapters [NAME]   the shipped adapters and the C example: name, what it needs, installed or not,
+                             file; with NAME, the path of its file alone
     ntpref docs [PAGE]       the documentation pages (their files), or the path of one page
 """
 from __future__ import annotations
 
 import ast
 import importlib.util
+import shutil
 from pathlib import Path
 
 from .checks import did_you_mean
@@ -20,33 +23,51 @@ from .errors import InputError
 
 _ROOT = Path(__file__).resolve().parent
 #: installed name → the repository's directory (relative to the repository root)
-_DIRS = {"docs": "docs", "adapters": "examples/adapters", "reference_runs": "reference_runs"}
-#: The shipped adapters: name → (module file stem, the framework it needs).
-ADAPTERS = {"torch-float64": ("torch_float64", "torch"), "torch-float32": ("torch_float32", "torch"),
-            "jax-float64": ("jax_float64", "jax"), "jax-float32": ("jax_float32", "jax")}
+_DIRS = {"docs": "docs", "adapters": "examples/adapters", "numpy_adapters": "tests/conformance_adapters",
+         "c_example": "examples/c", "reference_runs": "reference_runs"}
+_NUMPY = ("oracle_numpy", "float32_outputs", "detached_attention", "gradient_error", "one_over_m",
+          "softmax_over_padding", "loss_only", "raising", "signalled")
+#: The shipped conformance adapters (``ntpref conformance --adapter NAME``): name → (directory, file, the
+#: module it needs): the PyTorch and JAX restatements, and the NumPy adapters built on the oracle (correct
+#: ones, deliberately broken ones and misbehaving ones, as tests/test_conformance.py runs them).
+ADAPTERS = {"torch-float64": ("adapters", "torch_float64.py", "torch"),
+            "torch-float32": ("adapters", "torch_float32.py", "torch"),
+            "jax-float64": ("adapters", "jax_float64.py", "jax"), "jax-float32": ("adapters", "jax_float32.py", "jax"),
+            **{stem.replace("_", "-"): ("numpy_adapters", f"{stem}.py", "numpy") for stem in _NUMPY}}
+#: The shipped example programs for ``ntpref conformance --command``: name → (directory, file, the compiler).
+PROGRAMS = {"c-twostage-eval": ("c_example", "twostage_eval.c", "cc")}
 
 
 def shipped_dir(name: str, marker: str) -> Path:
-    """The directory ``name`` ("docs" | "adapters" | "reference_runs"): the repository's own when this is a
-    clone holding ``marker`` there (a file that identifies it), else the copy installed inside the package."""
+    """The directory ``name`` (a key of the repository map: "docs", "adapters", "reference_runs", ...): the
+    repository's own when this is a clone holding ``marker`` there (a file that identifies it), else the copy
+    installed inside the package."""
     checkout = _ROOT.parent / _DIRS[name]
     return checkout if (checkout / marker).is_file() else _ROOT / name
 
 
 def adapter_path(name: str) -> Path:
-    """The file of the shipped adapter ``name`` (:data:`ADAPTERS`); InputError for an unknown name."""
-    if name not in ADAPTERS:
-        raise InputError(f"unknown adapter {name!r}{did_you_mean(name, ADAPTERS)}; shipped: {', '.join(ADAPTERS)}")
-    stem = ADAPTERS[name][0]
-    path = shipped_dir("adapters", f"{stem}.py") / f"{stem}.py"
+    """The file of the shipped adapter or example program ``name`` (:data:`ADAPTERS`, :data:`PROGRAMS`);
+    InputError for an unknown name or a file missing from the install."""
+    known = {**ADAPTERS, **PROGRAMS}
+    if name not in known:
+        raise InputError(f"unknown adapter {name!r}{did_you_mean(name, known)}; shipped: {', '.join(known)}")
+    directory, file, _ = known[name]
+    path = shipped_dir(directory, file) / file
     if not path.is_file():
         raise InputError(f"adapter {name!r}: {path} is missing from this install")
     return path
 
 
 def _summary(path: Path) -> str:
-    """The first sentence of a module's docstring, on one line (read without importing the module)."""
-    doc = " ".join((ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) or "").split("\n\n")[0].split())
+    """The first sentence of a module's docstring or of a C file's opening comment, on one line (read without
+    importing or compiling anything)."""
+    text = path.read_text(encoding="utf-8")
+    if path.suffix == ".c":
+        doc = "\n".join(line.strip().lstrip("/*").strip() for line in text.split("*/")[0].splitlines())
+    else:
+        doc = ast.get_docstring(ast.parse(text)) or ""
+    doc = " ".join(doc.strip().split("\n\n")[0].split())
     return doc.split(". ")[0].rstrip(".:")
 
 
@@ -57,12 +78,21 @@ def docs_pages() -> dict[str, Path]:
 
 
 def _adapters(args) -> int:
-    for name, (stem, framework) in ADAPTERS.items():
-        path = adapter_path(name)
-        present = importlib.util.find_spec(framework) is not None
-        print(f"{name:14s} needs {framework} ({'installed' if present else 'not installed'}): {_summary(path)}")
-        print(f"{'':14s} {path}")
-    print("run one: ntpref conformance --adapter NAME (the files are the readable copies to start from)")
+    if args.name is not None:
+        print(adapter_path(args.name))
+        return 0
+    width = max(map(len, {**ADAPTERS, **PROGRAMS}))
+    for name, (_, _, module) in ADAPTERS.items():
+        present = "installed" if importlib.util.find_spec(module) is not None else "not installed"
+        print(f"{name:{width}s} needs {module} ({present}): {_summary(adapter_path(name))}")
+        print(f"{'':{width}s} {adapter_path(name)}")
+    for name, (_, _, compiler) in PROGRAMS.items():
+        present = "on PATH" if shutil.which(compiler) else "not on PATH"
+        print(f"{name:{width}s} needs a C compiler, {compiler} ({present}): {_summary(adapter_path(name))}")
+        print(f"{'':{width}s} {adapter_path(name)}")
+    print("run an adapter: ntpref conformance --adapter NAME; build the C example: "
+          "cc -O2 -o twostage_eval \"$(ntpref adapters c-twostage-eval)\" -lm (docs/conformance.md); "
+          "ntpref adapters NAME prints the path of one file (the files are the readable copies to start from)")
     return 0
 
 
@@ -80,9 +110,11 @@ def _docs(args) -> int:
 
 
 def register(subparsers) -> None:
-    """Add ``ntpref adapters`` and ``ntpref docs [PAGE]``."""
-    text = "list the shipped conformance adapters (PyTorch, JAX) and where their files are"
-    p = subparsers.add_parser("adapters", help=text, description=text)
+    """Add ``ntpref adapters [NAME]`` and ``ntpref docs [PAGE]``."""
+    text = "list the shipped conformance adapters (PyTorch, JAX, NumPy) and the C example, and where their files are"
+    p = subparsers.add_parser("adapters", help=text, description=text + "; with NAME, print the path of its file")
+    p.add_argument("name", nargs="?", metavar="NAME", help="an adapter or the C example (c-twostage-eval): print "
+                   "the path of its file alone")
     p.set_defaults(func=_adapters)
     text = "list the documentation pages shipped with ntpref, or print the path of one"
     p = subparsers.add_parser("docs", help=text, description=text + " (e.g. ntpref docs contract)")

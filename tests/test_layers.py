@@ -35,7 +35,7 @@ LAYERS = (
     ("papers", ("ntpref.twostage", "ntpref.twostage.*", "ntpref.shallow", "ntpref.shallow.*", "ntpref.exact",
                 "ntpref.exact.*")),
     ("registry", ("ntpref.models",)),
-    ("oracle", ("ntpref.oracle", "ntpref.oracle.*")),
+    ("oracle", ("ntpref.oracle", "ntpref.oracle.*", "ntpref.testing")),
     ("sweep", ("ntpref.sweep",)),
     ("experiments", ("ntpref.reproduce", "ntpref.reproduce.*", "ntpref.bench")),
     ("command line", ("ntpref.cli",)),

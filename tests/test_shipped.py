@@ -28,13 +28,35 @@ def test_without_the_marker_the_installed_copy_is_used(monkeypatch, tmp_path):
 
 
 def test_every_shipped_adapter_is_a_file_named_by_the_table(capsys):
-    for name, (stem, framework) in shipped.ADAPTERS.items():
-        assert shipped.adapter_path(name) == REPO / "examples" / "adapters" / f"{stem}.py"
+    for name, (directory, file, _) in {**shipped.ADAPTERS, **shipped.PROGRAMS}.items():
+        assert shipped.adapter_path(name) == REPO / shipped._DIRS[directory] / file
     assert main(["adapters"]) == 0
     out = capsys.readouterr().out
-    assert all(f"{name} " in out and f"needs {fw}" in out for name, (_, fw) in shipped.ADAPTERS.items())
+    assert all(f"{name} " in out and f"needs {module}" in out for name, (_, _, module) in shipped.ADAPTERS.items())
+    assert "c-twostage-eval      needs a C compiler, cc" in out
+    assert f"\n{' ' * 21}{REPO / 'examples' / 'c' / 'twostage_eval.c'}\n" in out
+    assert "oracle-numpy         needs numpy (installed): Conformance adapter: the oracle's own NumPy backend" in out
     with pytest.raises(InputError, match=r"unknown adapter 'torch-flot64' \(did you mean 'torch-float64'\?\)"):
         shipped.adapter_path("torch-flot64")
+
+
+def test_adapters_name_prints_the_path_of_one_file(capsys):
+    for name, path in (("c-twostage-eval", REPO / "examples" / "c" / "twostage_eval.c"),
+                       ("detached-attention", REPO / "tests" / "conformance_adapters" / "detached_attention.py"),
+                       ("jax-float32", REPO / "examples" / "adapters" / "jax_float32.py")):
+        assert main(["adapters", name]) == 0
+        assert capsys.readouterr().out == f"{path}\n"
+    assert main(["adapters", "c-twostage"]) == 2
+    assert "unknown adapter 'c-twostage' (did you mean 'c-twostage-eval'?)" in capsys.readouterr().err
+
+
+def test_a_shipped_numpy_adapter_runs_by_name(capsys):
+    assert main(["conformance", "--adapter", "one-over-m", "--model", "indrnn", "--no-stored", "--random", "1"]) == 1
+    out = capsys.readouterr().out
+    assert out.startswith(f"conformance of {REPO / 'tests' / 'conformance_adapters' / 'one_over_m.py'} (evaluate)")
+    assert "FAIL  r0_indrnn_0_eval_paired: 2/5 arrays within tolerance; failing: grad_c, grad_u, grad_W_in" in out
+    assert main(["conformance", "--adapter", "c-twostage-eval"]) == 2       # a program, not an adapter
+    assert "invalid choice: 'c-twostage-eval'" in capsys.readouterr().err
 
 
 def test_docs_lists_the_pages_and_prints_one(capsys):

@@ -117,3 +117,19 @@ def test_train_cli_shapes_and_values(tmp_path):
     res = contract.train({**arrays, "W_ov": W0, "W_kq": W0, "T0": np.array(0), "T": np.array(0)})
     np.testing.assert_array_equal(res["W_ov"], W0)
     assert res["stage1_norm"].tolist() == [np.linalg.norm(W0)]
+
+
+@pytest.mark.parametrize("kind", ["eval", "train"])
+def test_a_succ_without_any_successor_is_refused(kind, tmp_path, capsys):
+    """succ all -1: the collocation set of L0 is empty (docs/contract.md), for eval (loss0) as for train."""
+    five = five_token_example()
+    arrays = {**_inputs(five, np.zeros((5, 5)), np.zeros((5, 5))), "succ": np.full(5, -1)}
+    if kind == "train":
+        arrays.update(eta0=np.array(0.1), eta=np.array(0.02), T0=np.array(3), T=np.array(4))
+    path = tmp_path / "in.npz"
+    save_npz(path, arrays)
+    assert main([kind, str(path), "-o", str(tmp_path / "out.npz"), "-q"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and str(path) in err
+    assert "array 'succ': no token has a successor, the collocation set C is empty" in err
+    assert not (tmp_path / "out.npz").exists()

@@ -2,17 +2,17 @@
  * example of an implementation checked by `ntpref conformance --command` (docs/conformance.md, "Any
  * language: --command"):
  *
- *   cc -O2 -o twostage_eval examples/c/twostage_eval.c -lm
- *   ntpref conformance --command './twostage_eval {kind} {model} {input_dir} {output_dir}' \
- *                      --model twostage --kind eval
+ *   cc -O2 -o twostage_eval "$(ntpref adapters c-twostage-eval)" -lm
+ *   ntpref conformance --command './twostage_eval {kind} {input_dir} {output_dir}' --model twostage --kind eval
  *
- * Usage: twostage_eval KIND MODEL INPUT_DIR OUTPUT_DIR. INPUT_DIR holds one NAME.npy file per input array
- * (docs/contract.md): tokens [N, Lmax], lengths [N], targets [N] (int64, tokens -1 past each length),
- * W_ov, W_kq [d, d] (float64), the embeddings E [d, K] (float64) or K (0-d int64: E = I_K), and optionally
- * succ [K] (int64). The outputs go to OUTPUT_DIR as loss, logits [N, K], attn [N, Lmax], grad_W_ov,
- * grad_W_kq and, with succ, loss0 and grad0_W_ov. Only C-order little-endian '<f8' / '<i8' arrays of
- * .npy format 1.0 or 2.0 are read. Exit status 0 done, 2 an input it cannot use (one line on stderr),
- * 3 (ntpref's "not implemented") for anything but a two-stage eval.
+ * Usage: twostage_eval KIND INPUT_DIR OUTPUT_DIR. INPUT_DIR holds one NAME.npy file per input array
+ * (docs/contract.md): model (0-d string), tokens [N, Lmax], lengths [N], targets [N] (int64, tokens -1 past
+ * each length), W_ov, W_kq [d, d] (float64), the embeddings E [d, K] (float64) or K (0-d int64: E = I_K),
+ * and optionally succ [K] (int64). The outputs go to OUTPUT_DIR as loss, logits [N, K], attn [N, Lmax],
+ * grad_W_ov, grad_W_kq and, with succ, loss0 and grad0_W_ov. Only C-order little-endian '<f8' / '<i8'
+ * arrays and 0-d '<U' strings (UTF-32 little-endian code points, padded with NULs) of .npy format 1.0 or
+ * 2.0 are read. Exit status 0 done, 2 an input it cannot use (one line on stderr), 3 (ntpref's "not
+ * implemented") for anything but a two-stage eval.
  */
 #include <errno.h>
 #include <math.h>
@@ -72,13 +72,22 @@ static const char *field(const char *header, const char *key, const char *path)
     return p;
 }
 
-/* Read INPUT_DIR/NAME.npy, of dtype '<f8' (float_type) or '<i8' and at most two dimensions. Returns 0,
- * reading nothing, when the file does not exist and `optional` is set. */
-static int load(const char *name, int float_type, int optional, Array *a)
-{
+/* An open INPUT_DIR/NAME.npy: its path, the file positioned at the data and the header, a Python dict
+ * literal such as {'descr': '<f8', 'fortran_order': False, 'shape': (3, 4), } padded with spaces. */
+typedef struct {
     char path[4096];
-    snprintf(path, sizeof path, "%s/%s.npy", input_dir, name);
-    FILE *f = fopen(path, "rb");
+    FILE *file;
+    char *header;
+} Npy;
+
+/* Open INPUT_DIR/NAME.npy and read its header. Returns 0, opening nothing, when the file does not exist and
+ * `optional` is set. The file starts with the 6 bytes \x93NUMPY, the version (1 0 or 2 0), the header
+ * length as 2 (version 1.0) or 4 (2.0) little-endian bytes, then the header. */
+static int npy_open(const char *name, int optional, Npy *npy)
+{
+    snprintf(npy->path, sizeof npy->path, "%s/%s.npy", input_dir, name);
+    const char *path = npy->path;
+    FILE *f = npy->file = fopen(path, "rb");
     if (!f) {
         if (optional && errno == ENOENT)
             return 0;
@@ -95,36 +104,100 @@ static int load(const char *name, int float_type, int optional, Array *a)
     unsigned long length = 0;
     for (int i = width - 1; i >= 0; i--)
         length = length << 8 | start[8 + i];
-    char *header = allocate(length + 1, 1);
-    if (fread(header, 1, length, f) != length)
+    if (length > 65536)
+        die(BAD_INPUT, "%s: a .npy header of %lu bytes", path, length);
+    npy->header = allocate(length + 1, 1);
+    if (fread(npy->header, 1, length, f) != length)
         die(BAD_INPUT, "%s: truncated .npy header", path);
-
-    const char *want = float_type ? "'<f8'" : "'<i8'";
-    if (strncmp(field(header, "'descr':", path), want, 5) != 0)
-        die(BAD_INPUT, "%s: dtype is not %s", path, want);
-    if (strncmp(field(header, "'fortran_order':", path), "False", 5) != 0)
+    if (strncmp(field(npy->header, "'fortran_order':", path), "False", 5) != 0)
         die(BAD_INPUT, "%s: not in C order", path);
-    const char *p = field(header, "'shape':", path);
+    return 1;
+}
+
+/* The shape in the header of `npy` (at most two dimensions) into a->ndim, a->shape, a->size. */
+static void npy_shape(const Npy *npy, Array *a)
+{
+    const char *p = field(npy->header, "'shape':", npy->path);
     if (*p++ != '(')
-        die(BAD_INPUT, "%s: malformed shape in the .npy header", path);
+        die(BAD_INPUT, "%s: malformed shape in the .npy header", npy->path);
     a->ndim = 0;
     a->size = 1;
     while (*p != ')') {
         char *end;
         long n = strtol(p, &end, 10);
         if (end == p || n < 0 || a->ndim == 2)
-            die(BAD_INPUT, "%s: malformed shape (or more than 2 dimensions) in the .npy header", path);
+            die(BAD_INPUT, "%s: malformed shape (or more than 2 dimensions) in the .npy header", npy->path);
         a->shape[a->ndim++] = n;
         a->size *= n;
         for (p = end; *p == ',' || *p == ' '; p++)
             ;
     }
-    free(header);
+}
+
+/* Read exactly `count` items of `size` bytes, then the end of the file, and close it. */
+static void npy_data(Npy *npy, void *data, long count, size_t size)
+{
+    if (fread(data, size, count, npy->file) != (size_t)count || fgetc(npy->file) != EOF)
+        die(BAD_INPUT, "%s: the data is not exactly %ld entries of %zu bytes", npy->path, count, size);
+    fclose(npy->file);
+    free(npy->header);
+}
+
+/* Read INPUT_DIR/NAME.npy, of dtype '<f8' (float_type) or '<i8' and at most two dimensions. Returns 0,
+ * reading nothing, when the file does not exist and `optional` is set. */
+static int load(const char *name, int float_type, int optional, Array *a)
+{
+    Npy npy;
+    if (!npy_open(name, optional, &npy))
+        return 0;
+    const char *want = float_type ? "'<f8'" : "'<i8'";
+    if (strncmp(field(npy.header, "'descr':", npy.path), want, 5) != 0)
+        die(BAD_INPUT, "%s: dtype is not %s", npy.path, want);
+    npy_shape(&npy, a);
     a->data = allocate(a->size, 8);
-    if (fread(a->data, 8, a->size, f) != (size_t)a->size || fgetc(f) != EOF)
-        die(BAD_INPUT, "%s: the data is not exactly %ld entries of 8 bytes", path, a->size);
-    fclose(f);
+    npy_data(&npy, a->data, a->size, 8);
     return 1;
+}
+
+/* Read the string INPUT_DIR/NAME.npy into `text` (UTF-8, NUL-terminated, at most `room` bytes with the NUL).
+ * A string option is a 0-d array of dtype '<Un': n code points of 4 bytes each, little-endian (UTF-32LE),
+ * the string followed by NUL code points up to n (n is the longest string of the array, here its only one). */
+static void load_string(const char *name, char *text, size_t room)
+{
+    Npy npy;
+    Array shape;
+    npy_open(name, 0, &npy);
+    const char *p = field(npy.header, "'descr':", npy.path);
+    char *end = NULL;
+    long n = strncmp(p, "'<U", 3) == 0 ? strtol(p + 3, &end, 10) : -1;
+    if (n < 1 || *end != '\'')
+        die(BAD_INPUT, "%s: dtype is not a little-endian unicode string '<U...'", npy.path);
+    npy_shape(&npy, &shape);
+    if (shape.ndim != 0)
+        die(BAD_INPUT, "array '%s': a string option is a 0-d array, this one has %d dimensions", name, shape.ndim);
+    unsigned char *units = allocate(n, 4);
+    npy_data(&npy, units, n, 4);
+    size_t used = 0;
+    for (long i = 0; i < n; i++) {
+        const unsigned char *b = units + 4 * i;
+        unsigned long c = b[0] | (unsigned long)b[1] << 8 | (unsigned long)b[2] << 16 | (unsigned long)b[3] << 24;
+        if (c == 0)
+            break; /* the padding */
+        if (c > 0x10FFFF || (c >= 0xD800 && c <= 0xDFFF))
+            die(BAD_INPUT, "array '%s': %#lx is not a unicode code point", name, c);
+        static const unsigned char lead[5] = {0, 0x00, 0xC0, 0xE0, 0xF0}; /* UTF-8: by the number of bytes */
+        unsigned char utf8[4];
+        int bytes = c < 0x80 ? 1 : c < 0x800 ? 2 : c < 0x10000 ? 3 : 4;
+        utf8[0] = lead[bytes] | c >> 6 * (bytes - 1);
+        for (int k = 1; k < bytes; k++)
+            utf8[k] = 0x80 | (c >> 6 * (bytes - 1 - k) & 0x3F);
+        if (used + bytes >= room)
+            die(BAD_INPUT, "array '%s': a string of more than %zu bytes", name, room - 1);
+        memcpy(text + used, utf8, bytes);
+        used += bytes;
+    }
+    text[used] = 0;
+    free(units);
 }
 
 /* Stop unless `a` (input NAME) has `ndim` dimensions and the given sizes (-1: any). */
@@ -268,15 +341,17 @@ static double sentence(const Problem *P, const int64_t *tok, long L, long y, dou
 
 int main(int argc, char **argv)
 {
-    if (argc != 5)
-        die(BAD_INPUT, "usage: twostage_eval KIND MODEL INPUT_DIR OUTPUT_DIR");
-    if (strcmp(argv[1], "eval") != 0 || strcmp(argv[2], "twostage") != 0)
-        die(NOT_IMPLEMENTED, "only eval of model twostage is implemented, not %s of %s", argv[1], argv[2]);
+    if (argc != 4)
+        die(BAD_INPUT, "usage: twostage_eval KIND INPUT_DIR OUTPUT_DIR");
+    input_dir = argv[2];
+    output_dir = argv[3];
+    char model[64];
+    load_string("model", model, sizeof model);
+    if (strcmp(argv[1], "eval") != 0 || strcmp(model, "twostage") != 0)
+        die(NOT_IMPLEMENTED, "only eval of model twostage is implemented, not %s of %s", argv[1], model);
     const uint16_t one = 1;
     if (*(const unsigned char *)&one != 1)
         die(BAD_INPUT, "this example reads little-endian arrays on a little-endian machine only");
-    input_dir = argv[3];
-    output_dir = argv[4];
 
     Array tokens, lengths, targets, E, K, W_ov, W_kq, succ;
     Problem P;
