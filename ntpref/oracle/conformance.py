@@ -37,13 +37,14 @@ a command run once per case on a temporary input file, whose output file is judg
 non-zero exit status, timeout or unreadable output fails that case only (:class:`CaseError`); exit status
 :data:`NOT_IMPLEMENTED` skips it.
 
-Python API (e.g. in a pytest suite)::
+Python API: ``check(adapter, case)`` gives one case's :class:`CaseReport`, ``run(adapter, ...)`` a selection's
+:class:`RunReport`. In a pytest suite, :mod:`ntpref.testing` makes each case its own test whose failure
+message is the case's whole table::
 
-    from ntpref.oracle.conformance import cases, check
-    @pytest.mark.parametrize("case", cases(), ids=lambda c: c.id)
+    from ntpref.testing import assert_conforms, parametrize_with_cases
+    @parametrize_with_cases()
     def test_oracle(case):
-        report = check(my_adapter_module, case)
-        assert report.ok, report
+        assert_conforms(my_adapter_module, case)
 
 This module is that API's entry point: it runs a selection of cases (:func:`run`) and gives the names
 above from the modules that do each job: loading a Python adapter (:mod:`ntpref.oracle.adapters`),

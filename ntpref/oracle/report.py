@@ -85,7 +85,7 @@ class CaseReport:
     def __str__(self) -> str:
         return f"{self.table()}\n{self.summary()}"
 
-    __repr__ = __str__   # what ``assert report.ok, report`` shows in pytest
+    __repr__ = __str__   # the whole table wherever the report is shown, e.g. in an assertion message
 
     def to_dict(self) -> dict:
         """JSON-ready form of the report."""
