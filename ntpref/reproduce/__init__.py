@@ -45,6 +45,7 @@ TARGETS = {
     "rnn": "rnn",                     # transformer vs IndRNN on the autoregressive task
     "ntk": "ntk",                     # NTK-regime diagnostics: head movement, lambda_min, kernel drift
     "projsgd": "projsgd",             # ProjGD vs ProjSGD: min training loss vs m
+    "init": "init",                   # initialisations: paired, unpaired, paired x1/2, x2: loss, movement, drift
 }
 
 #: The text table of a target, next to its figures.
