@@ -13,13 +13,13 @@ from ntpref.errors import InputError
 from ntpref.progress import Progress
 from ntpref.reproduce import init, ntk, run_target, stats, teacher_student, width
 from ntpref.shallow import iid_init, paired_init
-from ntpref.sweep import load_results
+from ntpref.sweep import load_results, run_sweep
 
 DATA = dict(n=120, K=32, T=4, teacher="diagonal")
 TINY = dict(seeds=(1, 2, 3), widths=(4, 16), steps=30, n_drift=20, inits=tuple(init.INITS), **DATA)
 
 
-@pytest.fixture(autouse=True)
+@pytest.fixture(autouse=True, scope="module")
 def one_numba_thread():
     """One Numba thread (the results do not depend on it; spinning threads on a busy machine are slow)."""
     import numba
@@ -31,17 +31,19 @@ def one_numba_thread():
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    """The ntk target's training cells, then the init target's, at a tiny size in one results directory."""
+def tiny(tmp_path_factory, one_numba_thread):
+    """The ntk target's training cells (seeds 1, 2), then the init target's, at a tiny size in one results
+    directory."""
     out = tmp_path_factory.mktemp("results")
     mp = pytest.MonkeyPatch()
     mp.setitem(ntk.SIZES, "tiny", dict(seeds=(1, 2), widths=(4, 16), steps=30, n_grams=(10,), n_drift=20, draws=64,
                                        **DATA))
+    ntk_train = [c for c in ntk.cells(**ntk.SIZES["tiny"]) if c["kind"] == "train"]
     mp.setitem(init.SIZES, "tiny", TINY)
     computed, cell = [], init.cell
     mp.setattr(init, "cell", lambda **params: computed.append(params) or cell(**params))
     try:
-        run_target("ntk", "tiny", out)
+        run_sweep(ntk.cell, ntk_train, out / "ntk" / "tiny" / "cells")
         log = io.StringIO()
         summary = run_target("init", "tiny", out, progress=Progress(stream=log))
         again = run_target("init", "tiny", out, summarize_only=True)
@@ -147,6 +149,8 @@ def test_summary_numbers_are_the_cells(tiny):
         heads = [np.median(train[name, seed, 16]["ratio"][-1].max(axis=0)) for seed in (1, 2, 3)]
         assert s.numbers[f"median_head_ratio_m16_{name}"] == np.median(heads)
         assert s.numbers[f"drift_m16_{name}"] == np.median([train[name, seed, 16]["drift"][-1] for seed in (1, 2, 3)])
+        assert s.numbers[f"lambda_min_0_m16_{name}"] == np.median([train[name, seed, 16]["lambda_min_0"]
+                                                                    for seed in (1, 2, 3)])
         if name != "paired":
             ratios = [train[name, seed, 16]["min_train_loss"] / train["paired", seed, 16]["min_train_loss"]
                       for seed in (1, 2, 3)]
@@ -158,6 +162,9 @@ def test_summary_numbers_are_the_cells(tiny):
     assert s.numbers["loss_ratio_m16_unpaired"] > 5
     assert s.numbers["drift_m16_unpaired"] > 10 * s.numbers["drift_m16_paired"]
     assert s.numbers["loss_ratio_m16_paired-x2"] < 1
+    # the kernel at θ(0) grows with the scale s (its U and W gradients carry factors of c and U)
+    lam = [s.numbers[f"lambda_min_0_m16_{name}"] for name in ("paired-x0.5", "paired", "paired-x2")]
+    assert lam[0] < lam[1] < lam[2]
     f0 = {line.split()[0]: line.split()[-1] for line in s.table.split("max |f(0)|")[1].splitlines()[2:6]}
     assert f0 == {"paired": "(exactly)", "unpaired": f0["unpaired"], "paired-x0.5": "(exactly)",
                   "paired-x2": "(exactly)"} and float(f0["unpaired"]) > 0.1

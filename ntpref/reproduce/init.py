@@ -151,6 +151,7 @@ def _init_summary(init, rows, paired, axes, head, detail, numbers) -> tuple:
     _, heads = by_axis(rows, "m", median_head)
     _, largest = by_axis(rows, "m", lambda a: a["ratio"][-1].max())
     _, boundary = by_axis(rows, "m", boundary_fraction)
+    _, lam = by_axis(rows, "m", "lambda_min_0")
     axes[2].plot(m, medians(heads), marker + "-", color=color, label=f"{init}: median head")
     axes[2].plot(m, medians(largest), marker + "--", color=color, mfc="none", label=f"{init}: largest head")
     ratios = [_paired_ratios(rows, paired, w) for w in m]
@@ -166,6 +167,7 @@ def _init_summary(init, rows, paired, axes, head, detail, numbers) -> tuple:
     for name, values, statistic, fmt in ((f"loss_ratio_m{top}", ratios[-1], np.median, ".3g"),
                                          (f"median_head_ratio_m{top}", heads[-1], np.median, ".3g"),
                                          (f"boundary_fraction_m{top}", boundary[-1], np.mean, ".1%"),
+                                         (f"lambda_min_0_m{top}", lam[-1], np.median, ".3g"),
                                          (f"drift_m{top}", drift[-1], np.median, ".3g")):
         if len(values) == 0 or (init == "paired" and name.startswith("loss_ratio")):
             cols.append("-")
@@ -221,9 +223,11 @@ def summarize(results, outdir) -> Summary:
              "paired: f ≡ 0 at t = 0 (default); unpaired: m independent heads of the same distribution (f(0) ≠ 0); "
              "paired-x0.5 / paired-x2: the paired θ(0) with all of c, U and W multiplied by 1/2 / 2",
              f"95% percentile-bootstrap intervals over the seeds ({BOOTSTRAP_DRAWS} resamples); the last columns at "
-             f"the widest width {top}; slopes: log-log fits to the medians over seeds",
+             f"the widest width {top}; slopes: log-log fits to the medians over seeds; λ_min(K_0): the smallest "
+             "eigenvalue of the NTK Gram matrix at θ(0) on the first n_drift training inputs",
              tabulate(head, headers=["init", "seeds", "slope of min loss in m", f"min loss / paired's ({top}, median)",
-                                     "median-head ratio", "heads on boundary (mean)", "kernel drift (median)",
+                                     "median-head ratio", "heads on boundary (mean)", "λ_min(K_0) (median)",
+                                     "kernel drift (median)",
                                      "slope of drift in m"], disable_numparse=True),
              "", "min training loss vs m (mean ± 95% Student-t CI over seeds, median)"] + losses[:-1]
     start = [r for r in results if r[0]["kind"] == "start"]
