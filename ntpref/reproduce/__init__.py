@@ -52,6 +52,7 @@ TARGETS = {
     "projsgd": "projsgd",             # ProjGD vs ProjSGD: min training loss vs m
     "joint": "joint",                 # joint training of W_ov, W_kq vs Algorithm 1 at equal gradient evaluations
     "optimizers": "optimizers",       # GD, normalized GD, Adam, AdamW in stage 2 and jointly: where each direction goes
+    "init": "init",                   # initialisations: paired, unpaired, paired x1/2, x2: loss, movement, drift
 }
 
 #: The text table of a target, next to its figures.

@@ -109,11 +109,15 @@ def first_bind(projected: dict) -> int:
     return int(acted[0]) + 1 if acted.size else -1
 
 
-def _train_cell(seed, m, n, K, T, steps, n_drift, teacher) -> dict:
+def train_diagnostics(data, theta0, steps: int, n_drift: int) -> dict:
+    """One ``kind="train"`` cell's results (see the module docstring) for the initial heads ``theta0``
+    (c [m], U [m, d], W [m, d, d]; also the centre of the projection balls) on the teacher–student data set
+    ``data``: ProjGD with η = 1.75/√steps and ρ = 3 for all blocks, the movement ratios and the kernel drift
+    on the first ``n_drift`` training inputs at the checkpoints, first_bind, the free run's movement, the
+    min training losses, λ_min of K at the start and the end, and the CPU seconds."""
     start = time.process_time()
-    data = teacher_data(seed, n, T, K, teacher)
     train, Xd = shallow.prepare(data.X_train, data.y_train), data.X_train[:n_drift]
-    theta0 = shallow.paired_init(m, D, seed + INIT_SEED_OFFSET)
+    m = theta0[0].shape[0]
     eta, rho = student_eta(steps), (RHO,) * 3
     K0 = ntk_gram(Xd, *theta0)
     t_at = checkpoint_steps(steps)
@@ -134,7 +138,8 @@ def _train_cell(seed, m, n, K, T, steps, n_drift, teacher) -> dict:
 def cell(kind, seed, n, K, T, teacher, m=None, steps=None, n_drift=None, n_gram=None, draws=None) -> dict:
     """One cell of ``kind`` "train" | "gram" | "limit" (see the module docstring)."""
     if kind == "train":
-        return _train_cell(seed, m, n, K, T, steps, n_drift, teacher)
+        return train_diagnostics(teacher_data(seed, n, T, K, teacher),
+                                 shallow.paired_init(m, D, seed + INIT_SEED_OFFSET), steps, n_drift)
     X = teacher_data(seed, n, T, K, teacher).X_train[:n_gram]
     if kind == "gram":
         return dict(lambda_min=min_eigenvalue(ntk_gram(X, *shallow.paired_init(m, D, seed + INIT_SEED_OFFSET))))
@@ -156,16 +161,22 @@ def cell_arrays(kind, seed, n, K, T, teacher, m=None, steps=None, n_drift=None, 
                 lambda_min_0=CellArray("f8"), lambda_min_end=CellArray("f8"), cpu_seconds=scalar)
 
 
-def _median_head(arrays) -> float:
+def median_head(arrays) -> float:
     """The median over heads of each head's largest block movement ratio at the end of one training cell."""
     return float(np.median(arrays["ratio"][-1].max(axis=0)))
+
+
+def boundary_fraction(arrays) -> float:
+    """The fraction of heads with some block on the boundary of its ball (ratio ≥ :data:`BOUNDARY`) at the
+    end of one training cell."""
+    return float((arrays["ratio"][-1] >= BOUNDARY).any(axis=0).mean())
 
 
 def _train_summary(rows, axes, lines, numbers) -> dict:
     """Movement, binding, drift per width: table lines, panels (a), (b), (d)."""
     config, rows, note = select_config(rows, ("seed", "m"))
     widths = sorted({p["m"] for p, _ in rows})
-    head_median = medians(by_axis(rows, "m", _median_head)[1])               # per width, in the order of widths
+    head_median = medians(by_axis(rows, "m", median_head)[1])               # per width, in the order of widths
     table = []
     for i, m in enumerate(widths):
         arrs = [a for p, a in rows if p["m"] == m]
@@ -173,7 +184,7 @@ def _train_summary(rows, axes, lines, numbers) -> dict:
         overall = np.array([a["ratio"].max(axis=(1, 2)) for a in arrs])          # [seeds, checkpoints]
         axes[0].plot(t, np.median(overall, axis=0), "o-", color=f"C{i}", ms=3, label=f"m = {m}")
         end = np.array([a["ratio"][-1] for a in arrs])                           # [seeds, 3, m]
-        on_boundary = (end >= BOUNDARY).any(axis=1).mean(axis=1)               # per seed: heads with any block on it
+        on_boundary = np.array([boundary_fraction(a) for a in arrs])             # per seed
         binds = [int(a["first_bind"]) for a in arrs]
         free = np.array([a["free_ratio"].max() for a in arrs])
         table.append((m, len(arrs), *(f"{end[:, b].max():.3f}" for b in range(3)), f"{head_median[i]:.3f}",

@@ -96,6 +96,18 @@ def median_slope_interval(x, groups, draws: int = BOOTSTRAP_DRAWS) -> tuple[floa
     return float(lo), float(hi)
 
 
+def bootstrap_interval(values, statistic=np.median, draws: int = BOOTSTRAP_DRAWS) -> tuple[float, float] | None:
+    """The 95% percentile-bootstrap interval of statistic(values) over the seeds: values [seeds], one per
+    seed; each draw resamples the seeds with replacement (:func:`paired_resamples`) and takes
+    statistic(resample) (``statistic`` takes an ``axis`` argument, as np.median and np.mean do). None with
+    fewer than two seeds."""
+    v = np.asarray(values, dtype=np.float64)
+    if v.ndim != 1 or v.size < 2:
+        return None
+    lo, hi = np.percentile(statistic(v[paired_resamples(v.size, draws)], axis=1), [2.5, 97.5])
+    return float(lo), float(hi)
+
+
 def ratio_interval(first, last, statistic=np.mean, draws: int = BOOTSTRAP_DRAWS) -> tuple[float, float] | None:
     """The 95% percentile-bootstrap interval of statistic(last) / statistic(first) over the seeds.
 

@@ -188,25 +188,35 @@ def head_states(data: Batch, U, W, *, backend="numba") -> HeadStates:
     return HeadStates(s, np.ascontiguousarray(a.transpose(0, 2, 1)), np.ascontiguousarray(MU.transpose(0, 2, 1)))
 
 
-def _draw(rng, k: int, d: int) -> Params:
-    """k heads: W [k, d, d] then U [k, d] i.i.d. N(0, 1), then c [k] = ±1 uniform (in this order)."""
+def _draw(rng, k: int, d: int, scale) -> Params:
+    """k heads, the one place the initial heads are built: W̃ [k, d, d] then Ũ [k, d] i.i.d. N(0, 1), then
+    c̃ [k] = ±1 uniform (drawn in this order), returned as (c, U, W) = s·(c̃, Ũ, W̃): every entry of all three
+    blocks multiplied by s = ``scale`` (> 0, finite, and small enough that s·W̃ stays finite; s = 1 returns
+    the draws unchanged, bit for bit)."""
+    scale = as_scalar("scale", scale, low=0.0, low_open=True)
     W = rng.standard_normal((k, d, d))
     U = rng.standard_normal((k, d))
     c = rng.choice(np.array([-1.0, 1.0]), size=k)
-    return Params(c, U, W)
+    with np.errstate(over="ignore"):             # an overflow is reported just below
+        heads = Params(scale * c, scale * U, scale * W)
+    if not all(np.isfinite(b).all() for b in heads):
+        raise InputError(f"array 'scale': {scale} makes the initial heads overflow")
+    return heads
 
 
-def paired_init(m, d, seed) -> Params:
+def paired_init(m, d, seed, scale=1.0) -> Params:
     """Paired initialisation (docs/shallow.md §1): heads i < m/2 drawn by :func:`_draw` from
-    ``np.random.default_rng(seed)``; heads m/2.. copy W, U and flip c (stored as the second half),
-    so f ≡ 0. Returns Params(c [m], U [m, d], W [m, d, d])."""
+    ``np.random.default_rng(seed)`` and scaled by s = ``scale``; heads m/2.. copy W, U and flip c (stored as
+    the second half), so f ≡ 0: θ_i = s·(c̃_i, Ũ_i, W̃_i), θ_{m/2+i} = s·(−c̃_i, Ũ_i, W̃_i). Returns
+    Params(c [m], U [m, d], W [m, d, d])."""
     m, d, rng = evaluation.check_init(m, d, seed, paired=True)
-    c, U, W = _draw(rng, m // 2, d)
+    c, U, W = _draw(rng, m // 2, d, scale)
     return Params(np.concatenate([c, -c]), np.concatenate([U, U]), np.concatenate([W, W]))
 
 
-def iid_init(m, d, seed) -> Params:
-    """Independent initialisation: all m heads drawn by :func:`_draw` (f ≠ 0 at init).
-    Returns Params(c [m], U [m, d], W [m, d, d])."""
+def iid_init(m, d, seed, scale=1.0) -> Params:
+    """Independent initialisation: all m heads drawn by :func:`_draw` and scaled by s = ``scale``, θ_i =
+    s·(c̃_i, Ũ_i, W̃_i) for every i (the same distribution per head as :func:`paired_init`, no pairing, so
+    f ≠ 0 at init). Returns Params(c [m], U [m, d], W [m, d, d])."""
     m, d, rng = evaluation.check_init(m, d, seed, paired=False)
-    return _draw(rng, m, d)
+    return _draw(rng, m, d, scale)
