@@ -47,6 +47,7 @@ TARGETS = {
     "approx": "approx",               # approximation and linearisation errors vs m
     "approx-redraw": "approx_redraw",  # the same, a new data set for every (seed, m) as in the authors' script
     "length": "length",               # sequence length and sample size sweeps
+    "length-kernel": "length_kernel",  # lambda_min of the NTK vs T and n; T sweep on a normalised teacher
     "rnn": "rnn",                     # transformer vs IndRNN on the autoregressive task
     "ntk": "ntk",                     # NTK-regime diagnostics: head movement, lambda_min, kernel drift
     "projsgd": "projsgd",             # ProjGD vs ProjSGD: min training loss vs m

@@ -158,6 +158,32 @@ def relative_loss(arrays) -> float:
     return float(np.min(arrays["train_loss"]) / arrays["train_loss"][0])
 
 
+def axis_series(ax, rows, axis: str, value, *, key: str, header: str, label: str, short: str, color: str,
+                fit: bool, lines: list, numbers: dict, marker: str = "o", ls: str = "-") -> tuple[np.ndarray, list]:
+    """One quantity of a sweep along the parameter ``axis`` (e.g. "T"): ``value`` (a result name or a function
+    arrays -> float, :func:`~ntpref.reproduce.configs.by_axis`) per seed, drawn on ``ax`` (mean ± 95% CI and
+    medians, log–log), its table after ``header`` appended to ``lines``; with ``fit`` (and positive medians)
+    the log–log slope of the medians with its 95% bootstrap interval over the seeds and median(max) /
+    median(min) with its own, stored as ``numbers[key + "_slope"]`` and ``numbers[key + "_ratio"]``. Returns
+    (the axis values, the per-seed groups of ``value``) as :func:`~ntpref.reproduce.configs.by_axis` does."""
+    xs, groups = by_axis(rows, axis, value)
+    mean, ci = stats(groups)
+    med = medians(groups)
+    fit = fit and bool((med > 0).all())
+    slope = loglog_panel(ax, xs, mean, ci, label=label, color=color, median=med, fit=med if fit else None,
+                         marker=marker, ls=ls)
+    lines += ["", header, axis_table(xs, groups, mean, ci, xname=axis, yname=short)]
+    if slope is not None:
+        numbers[f"{key}_slope"] = slope
+        numbers[f"{key}_ratio"] = float(med[-1] / med[0])
+        interval = ratio_interval(groups[0], groups[-1], np.median)
+        lines.append(f"log-log slope of the medians in {axis}: {slope_text(slope, xs, groups)}; "
+                     f"median({axis}_max) / median({axis}_min) = "
+                     f"{med[-1] / med[0]:.3f}" + (f" (95% bootstrap interval{interval_text(interval)})"
+                                                  if interval else ""))
+    return xs, groups
+
+
 def _t_sweep(rows, axes, lines: list, numbers: dict) -> None:
     """T sweep: raw min training loss and validation loss vs T (lead), relative loss (control), L(0) vs T."""
     config, rows, note = select_config(rows, ("seed", "T"))
@@ -168,19 +194,8 @@ def _t_sweep(rows, axes, lines: list, numbers: dict) -> None:
         (axes[1], relative_loss, "T_rel", "min_t L(t) / L(0) (control)", "min L / L(0)", "C1", True),
         (axes[2], lambda a: a["train_loss"][0], "T_L0", "L(0) = mean y² (teacher scale)", "L(0)", "C7", False))
     for ax, value, key, label, short, color, fit in panels:
-        Ts, groups = by_axis(rows, "T", value)
-        mean, ci = stats(groups)
-        med = medians(groups)
-        slope = loglog_panel(ax, Ts, mean, ci, label=label, color=color, median=med, fit=med if fit else None)
-        lines += ["", f"T sweep: {label} (m = {config['m']})", axis_table(Ts, groups, mean, ci, xname="T", yname=short)]
-        if slope is not None:
-            numbers[f"{key}_slope"] = slope
-            numbers[f"{key}_ratio"] = float(med[-1] / med[0])
-            interval = ratio_interval(groups[0], groups[-1], np.median)
-            lines.append(f"log-log slope of the medians in T: {slope_text(slope, Ts, groups)}; "
-                         "median(T_max) / median(T_min) = "
-                         f"{med[-1] / med[0]:.3f}" + (f" (95% bootstrap interval{interval_text(interval)})"
-                                                      if interval else ""))
+        axis_series(ax, rows, "T", value, key=key, header=f"T sweep: {label} (m = {config['m']})", label=label,
+                    short=short, color=color, fit=fit, lines=lines, numbers=numbers)
     for ax, ylabel, title in ((axes[0], "loss (MSE)", "raw losses vs T (lead)"),
                               (axes[1], "min$_t$ L(t) / L(0)", "relative loss vs T (control)"),
                               (axes[2], "mean y² over the training set", "teacher output scale vs T")):
