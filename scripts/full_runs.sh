@@ -19,7 +19,7 @@ cd "$(dirname "$0")/.."
 scratch=${NTPREF_SCRATCH:-/tmp/ntpref-full}
 workers=${NTPREF_WORKERS:-2}
 # target:seeds to reach (an empty count: the target's whole full grid in one run)
-plan=(twostage: generalization: joint: optimizers: approx: approx-redraw: ntk:5 init:5 width:10 projsgd:10 length:10 rnn:20)
+plan=(twostage: generalization: joint: optimizers: approx: approx-redraw: ntk:5 init:5 length-kernel:10 width:10 projsgd:10 length:10 rnn:20)
 [ $# -gt 0 ] && plan=("$@")
 
 sync_in() {  # committed cells -> scratch (every target: some copy cells of another)
