@@ -55,12 +55,12 @@ SIZES = {
     "quick": dict(seeds=tuple(range(1, 11)), widths=(8, 16, 32, 64), n=300, K=1024, T=16, steps=400, n_drift=100,
                   inits=tuple(INITS), teacher="diagonal"),
     # full: the width sweep's and the ntk target's setting (n = 5000, K = 8192, 4000 steps, m = 8..256, the
-    # drift on 400 inputs), 10 seeds; the paired cells of seeds 1..5 are the ntk target's committed cells
-    # (copied). Estimate, from the ntk target's 0.33 CPU-h of training cells per seed: 1.0 to 1.3 CPU-h per
-    # seed for the three other initialisations (the upper end counts the unpaired cells twice, as when its
-    # heads reach their balls at every width), 0.33 more for a seed whose paired cells are computed: 5 to 6.6
-    # CPU-h for seeds 1..5 (``--seeds 5``), 12 to 15 for all 10; half of it in wall time on 2 workers.
-    "full": dict(seeds=tuple(range(1, 11)), widths=(8, 16, 32, 64, 128, 256), n=5000, K=8192, T=16, steps=4000,
+    # drift on 400 inputs), 5 seeds, whose paired cells are the ntk target's committed cells (copied); ``--seeds
+    # 10`` adds five more. Estimate, from the ntk target's 0.33 CPU-h of training cells per seed: 1.0 to 1.3
+    # CPU-h per seed for the three other initialisations (the upper end counts the unpaired cells twice, as
+    # when its heads reach their balls at every width): 5 to 6.6 CPU-h for the 5 seeds, half of it in wall
+    # time on 2 workers; 0.33 more per seed beyond 5, whose paired cells are computed.
+    "full": dict(seeds=tuple(range(1, 6)), widths=(8, 16, 32, 64, 128, 256), n=5000, K=8192, T=16, steps=4000,
                  n_drift=400, inits=tuple(INITS), teacher="diagonal"),
 }
 
