@@ -186,7 +186,7 @@ def c_example(tmp_path_factory):
 def test_the_c_example_passes_every_twostage_eval_case(capsys, c_example):
     rc, out, err = conformance(capsys, "--command", c_example, "--model", "twostage", "--kind", "eval", "--random", 10)
     assert rc == 0, out + err
-    assert out.splitlines()[-1] == "7 cases: 7 passed, 0 failed, 0 skipped; 47 arrays compared: PASS"
+    assert out.splitlines()[-1] == "9 cases: 9 passed, 0 failed, 0 skipped; 61 arrays compared: PASS"
 
 
 def test_the_c_example_declines_training(c_example):

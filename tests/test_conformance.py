@@ -56,10 +56,10 @@ def test_numpy_backend_passes_every_random_case(capsys):
     rc, out, err = conformance(capsys, ADAPTERS / "oracle_numpy.py", "--no-stored")
     assert rc == 0, out + err
     ids = [c.id for c in random_cases()]
-    assert len(ids) == 15
+    assert len(ids) == 18
     for case in ids:
         assert f"pass  {case}:" in out
-    assert out.splitlines()[-1] == "15 cases: 15 passed, 0 failed, 0 skipped; 101 arrays compared: PASS"
+    assert out.splitlines()[-1] == "18 cases: 18 passed, 0 failed, 0 skipped; 118 arrays compared: PASS"
     assert "FAIL" not in out
 
 
@@ -343,7 +343,7 @@ def test_cases_of_a_function_the_adapter_lacks_are_not_run(capsys):
     rc, out, _ = conformance(capsys, ADAPTERS / "one_over_m.py", "--no-stored", "--model", "shallow")
     assert "(evaluate)" in out.splitlines()[0]
     assert "train" not in "".join(line for line in out.splitlines() if line.startswith(("pass", "FAIL", "skip")))
-    assert out.splitlines()[-1].startswith("3 cases:")                           # regimes 0, 1 and 0 again
+    assert out.splitlines()[-1].startswith("4 cases:")                 # regimes 0, 1, 4 (overflow) and 0 again
     report = check({"train": _float32}, random_cases(["shallow"])[0])
     assert report.skipped == "the adapter defines no evaluate()"
 
@@ -351,7 +351,7 @@ def test_cases_of_a_function_the_adapter_lacks_are_not_run(capsys):
 def test_everything_skipped_is_not_a_pass(capsys):
     rc, out, _ = conformance(capsys, ADAPTERS / "one_over_m.py", "--no-stored", "--model", "twostage")
     assert rc == 1
-    assert out.splitlines()[-1] == "2 cases: 0 passed, 0 failed, 2 skipped; 0 arrays compared: FAIL (nothing was compared)"
+    assert out.splitlines()[-1] == "3 cases: 0 passed, 0 failed, 3 skipped; 0 arrays compared: FAIL (nothing was compared)"
 
 
 def test_unknown_or_missing_outputs(capsys):
@@ -508,7 +508,7 @@ def test_random_cases_are_reproducible_and_independent_of_the_selection():
     other = random_cases(["indrnn"], n=1, seed=4)[0]
     assert not np.array_equal(other.inputs["X"], some[0].inputs["X"]) or other.inputs["X"].shape != some[0].inputs["X"].shape
     assert [c.id.split("_", 3)[3] for c in every.values() if c.model == "shallow"] == [
-        "eval_paired_mask", "eval_T1_erf", "train_projgd", "train_projsgd", "eval_paired_mask", "eval_T1_erf"]
+        "eval_paired_mask", "eval_T1_erf", "train_projgd", "train_projsgd", "eval_overflow", "eval_paired_mask"]
 
 
 def test_random_cases_cover_the_regimes():
@@ -519,6 +519,11 @@ def test_random_cases_cover_the_regimes():
     assert 1 in general["lengths"] and np.any(general["tokens"] == -1) and np.any(general["succ"] == -1)
     assert len(np.unique(general["tokens"][2])) == 1                                       # repeated tokens
     assert np.max(by_name["eval_saturated:twostage"].expected["attn"]) > 1 - 1e-9            # saturated softmax
+    overflow = np.log(np.finfo(np.float64).max)                                   # beyond exp's overflow
+    assert by_name["eval_overflow:twostage"].expected["logits"].min() > overflow
+    heads = by_name["eval_overflow:shallow"].inputs
+    scores = np.einsum("ntd,mde,ne->nmt", heads["X"], heads["W"], heads["X"][:, -1]) / float(heads["tau_att"])
+    assert np.abs(scores).max() == pytest.approx(1500.0)                          # above 709.8
     assert str(by_name["train_naive:twostage"].inputs["direction"]) == "naive"
     for model in ("shallow", "indrnn"):
         np.testing.assert_array_equal(by_name[f"eval_paired{'_mask' if model == 'shallow' else ''}:{model}"].expected["f"], 0.0)

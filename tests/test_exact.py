@@ -247,8 +247,10 @@ def test_a_relative_error_of_1e_6_in_any_array_fails(case):
             continue
         if tols[name]["atol"] >= 0.5e-6 * top:
             # the policy's bound of the two-stage attention gradient counts the magnitude of a float64
-            # computation that cancels (a_l − φ·a): on saturated inputs it cannot resolve 1e-6
-            assert (case.model, name) == ("twostage", "grad_W_kq"), (name, tols[name]["atol"] / top)
+            # computation that cancels (a_l − φ·a): on saturated inputs it cannot resolve 1e-6; with logits
+            # beyond exp's overflow (about 1000) it counts their rounding, u·|z|, in p and so in grad_W_ov
+            overflow = case.id.endswith("eval_overflow") and name == "grad_W_ov"
+            assert (case.model, name) == ("twostage", "grad_W_kq") or overflow, (name, tols[name]["atol"] / top)
             continue
         wrong = np.array(actual[name], dtype=np.float64)
         k = np.unravel_index(np.argmax(np.abs(wrong)), wrong.shape)

@@ -261,7 +261,11 @@ def test_stored_case_other_backend_passes(case):
     passes(expected, other, policy(case))
 
 
-@pytest.mark.parametrize("case", [c for c in CASES if MANIFEST["cases"][c]["kind"] == "eval"])
+#: The stored cases whose scores and logits exceed exp's overflow (709.8): the textbook softmax gives NaN there.
+OVERFLOW = {"twostage_eval_overflow", "shallow_eval_overflow"}
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if MANIFEST["cases"][c]["kind"] == "eval" and c not in OVERFLOW])
 def test_stored_eval_independent_implementation_passes(case):
     entry, inputs, expected = stored(case)
     mine = NAIVE[entry["model"]](inputs)
@@ -276,10 +280,23 @@ def test_stored_case_ulp_noise_passes(case):
     passes(expected, ulp_noise(inputs, entry["model"], entry["kind"], expected), policy(case))
 
 
+@pytest.mark.parametrize("case", sorted(OVERFLOW))
+def test_the_textbook_softmax_fails_beyond_the_overflow(case):
+    entry, inputs, expected = stored(case)
+    with np.errstate(over="ignore", invalid="ignore"):
+        mine = NAIVE[entry["model"]](inputs)
+    report = compare_arrays({k: expected[k] for k in mine}, mine, policy(case))
+    assert report.failures == list(mine) and all(not np.all(np.isfinite(v)) for v in mine.values()), report.table()
+
+
 #: Arrays whose honest float64 uncertainty exceeds 1e-6 of their value: the five-token L* is about
 #: 1e-9 while its logits are about 20, so a textbook log-sum-exp minus z_y is only accurate to
 #: about 5e-6 relative (absolute error ~ u·|z|).
 UNRESOLVABLE = {("twostage_train_five_token", "loss_floor")}
+#: Arrays whose running bound admits 1e-6 of their largest entry: with logits about 1000 the bound counts
+#: their rounding, u·|z|, in p and so in both gradients, and the attention gradient's bound counts the
+#: magnitude of a_l − φ·a, which cancels. Their calibrated tolerance fails 1e-6.
+BOUND_WIDE = {("twostage_eval_overflow", "grad_W_ov"), ("twostage_eval_overflow", "grad_W_kq")}
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -290,7 +307,11 @@ def test_stored_case_relative_error_1e6_fails_in_every_array(case):
         if not np.any(value):
             continue
         report = compare_arrays(expected, {**expected, name: value * (1 + 1e-6)}, tols)
-        if (case, name) in UNRESOLVABLE:
+        if (case, name) in BOUND_WIDE:
+            assert report.ok
+            calibrated = reference.calibrated_of(MANIFEST["cases"][case])
+            assert compare_arrays(expected, {**expected, name: value * (1 + 1e-6)}, calibrated).failures == [name]
+        elif (case, name) in UNRESOLVABLE:
             assert report.ok and 1e-6 * abs(float(value)) < tols[name]["atol"] < 1e-2 * abs(float(value))
             assert abs(float(value)) < 1e-8 < 1.0 < np.abs(contract.evaluate(
                 {**{k: inputs[k] for k in ("model", "tokens", "lengths", "targets", "K", "succ", "W_kq")},

@@ -14,7 +14,7 @@ Random cases are small (a few sentences or samples, at most 40 steps) and drawn 
 ``np.random.default_rng([seed, model index, j])`` (the model's index in the registry,
 :mod:`ntpref.models`), so case ``j`` of a model is the same whatever ``n`` and whichever models are
 selected. Case ``j`` of a model uses the regime ``j mod r`` of the r random regimes of its specification
-(``ntpref.twostage.cases``, ``ntpref.shallow.cases``: 5 for twostage, 4 for the others); together they
+(``ntpref.twostage.cases``, ``ntpref.shallow.cases``: 6 for twostage, 5 for shallow, 4 for indrnn); together they
 cover the options and the edge cases.
 """
 from __future__ import annotations

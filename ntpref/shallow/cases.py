@@ -8,6 +8,9 @@ shallow   eval_paired_mask    paired initialisation (f = 0), saturated attention
           eval_T1_erf         T = 1, activation "erf", kappa = 1, independent heads
           train_projgd        ProjGD, rho = (inf, 0, 0.05): c unprojected, U frozen, W's ball active; X_val
           train_projsgd       ProjSGD (batch, seed), rho = (1, 1, 1), X_val
+          eval_overflow       tau_att = 0.05, independent heads rescaled so that head i's largest |score|
+                              x_t^T W_i q / tau_att is 1500^{i/(m-1)}: from unsaturated to beyond exp's
+                              overflow in float32 (88.72) and float64 (709.78)
 indrnn    eval_paired         paired initialisation (f = 0)
           eval_T1_erf         T = 1, activation "erf", kappa = 1
           train_projgd        ProjGD, rho = (0.05, 0.05, 0.05), X_val
@@ -78,6 +81,24 @@ def _eval_T1_erf(rng, model: str):
     return "eval", inputs, f"T = 1, activation erf, kappa = 1, {heads}, m = {m}"
 
 
+def overflow_heads(X: np.ndarray, W: np.ndarray, tau_att: float, top: float) -> np.ndarray:
+    """W [m, d, d] (m >= 2) with head i rescaled so that its largest |score| |x_t^T W_i x_T| / tau_att over the
+    samples and keys of X [n, T, d] is top^{i/(m-1)}: 1 for head 0, ``top`` for head m - 1. Every head
+    needs a nonzero score."""
+    z = np.einsum("ntd,mde,ne->mnt", X, W, X[:, -1, :]) / tau_att
+    largest = np.abs(z).reshape(len(W), -1).max(axis=1)
+    return W * (top ** (np.arange(len(W)) / (len(W) - 1)) / largest)[:, None, None]
+
+
+def _shallow_eval_overflow(rng):
+    n, T, d, m = _dims(rng)
+    T, tau_att = max(T, 2), 0.05
+    inputs = dict(**_samples(rng, n, T, d), **_heads(rng, SHALLOW, m, d, paired=False), tau_att=np.array(tau_att))
+    inputs["W"] = overflow_heads(inputs["X"], inputs["W"], tau_att, 1500.0)
+    return "eval", inputs, (f"tau_att = 0.05, independent heads (m = {m}) whose largest |score| runs from 1 to 1500: "
+                            "attention beyond exp's overflow in float32 (88.7) and float64 (709.8)")
+
+
 def _shallow_train_projgd(rng):
     n, T, d, m = _dims(rng)
     inputs = dict(**_samples(rng, n, T, d), **_heads(rng, SHALLOW, m, d, paired=True),
@@ -108,7 +129,8 @@ def _indrnn_train_projgd(rng):
 #: name → make(rng) of each model, in the order random case j cycles through them.
 REGIMES = {
     SHALLOW: {"eval_paired_mask": _shallow_eval_paired_mask, "eval_T1_erf": partial(_eval_T1_erf, model=SHALLOW),
-              "train_projgd": _shallow_train_projgd, "train_projsgd": partial(_train_projsgd, model=SHALLOW)},
+              "train_projgd": _shallow_train_projgd, "train_projsgd": partial(_train_projsgd, model=SHALLOW),
+              "eval_overflow": _shallow_eval_overflow},
     INDRNN: {"eval_paired": _indrnn_eval_paired, "eval_T1_erf": partial(_eval_T1_erf, model=INDRNN),
              "train_projgd": _indrnn_train_projgd, "train_projsgd": partial(_train_projsgd, model=INDRNN)},
 }
@@ -161,6 +183,13 @@ def _shallow(cfg: dict, seed: int) -> dict:
     return arrays
 
 
+def _overflow(cfg: dict, seed: int) -> dict:
+    """:func:`_shallow` with W rescaled by :func:`overflow_heads` (cfg ``tau_att``, ``top``)."""
+    arrays = _shallow(cfg, seed)
+    arrays["W"] = overflow_heads(arrays["X"], arrays["W"], cfg["tau_att"], cfg["top"])
+    return arrays
+
+
 def _ntk(cfg: dict, seed: int) -> dict:
     """Like :func:`_shallow` without y: ``model``, X, c, U, W (kind "ntk")."""
     arrays = _shallow(cfg, seed)
@@ -203,6 +232,12 @@ STORED = (
          "finite-width NTK Gram matrix (kind ntk, not an interchange model): input X [n=10, T=5, d=4], c, U, W "
          "(paired init, m = 16); output gram [10, 10] = ntpref.shallow.ntk.ntk_gram(X, c, U, W)",
          {"n": 10, "T": 5, "d": 4, "m": 16}, 12, _ntk),
+    StoredCase("shallow_eval_overflow", SHALLOW, "eval",
+         "saturated attention beyond exp's overflow: paired init + 0.3 N(0, 1) noise, tau_att = 0.05, head i's W "
+         "rescaled so that its largest |score| x_t^T W_i q / tau_att is 1500^{i/7} (1 to 1500: heads below, "
+         "between and beyond the float32 (88.7) and float64 (709.8) thresholds); a softmax without its largest "
+         "score subtracted gives NaN",
+         {"n": 10, "T": 5, "d": 4, "m": 8, "perturb": 0.3, "tau_att": 0.05, "top": 1500.0}, 14, _overflow),
 )
 
 

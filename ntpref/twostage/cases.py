@@ -11,6 +11,10 @@ twostage  eval_general_E      general E [d, K] (d < K or d > K), lengths 1..5, r
           train_attention_cancel  stage 2 with attention margins >= 40 on x* (docs/twostage.md §4.1):
                               a_l − φ·a cancels, the float64 gradient loses its direction, the stable one
                               does not
+          eval_overflow       one-hot E, W_ov and W_kq = 1000 + N(0, 30²): attention scores and output
+                              logits about 1000, beyond exp's overflow (709.78 in float64, 88.72 in float32), margins and
+                              score gaps of tens: exp(z)/Σexp(z) and −log of it give NaN, the stabilised
+                              softmax and log-sum-exp do not
 
 :data:`STORED`: the stored reference cases (:class:`ntpref.spec.StoredCase`: name, kind, description, the
 generating configuration and seed, ``build(config, seed) -> input arrays``), written to ``reference_runs/``
@@ -102,10 +106,25 @@ def _train_attention_cancel(rng):
                              "a_l - phi.a cancels, the float64 gradient points elsewhere; direction 'stable'")
 
 
+def overflow_weights(rng, d: int, level: float, scale: float) -> dict:
+    """W_ov, W_kq [d, d] = ``level`` + N(0, ``scale``²) entries (W_ov drawn first). With one-hot E every score
+    s_l = W_kq[τ_l, q] and every logit z_v = Σ_l φ_l W_ov[v, τ_l] is ``level`` plus a convex combination of
+    the noise: beyond exp's overflow for a level of 1000, with margins and gaps of a few ``scale``."""
+    return {name: level + _normal(rng, d, d, scale=scale) for name in ("W_ov", "W_kq")}
+
+
+def _eval_overflow(rng):
+    K = int(rng.integers(4, 7))
+    task, inputs = _realizable(rng, K, int(rng.integers(6, 10)), 2, 5)
+    inputs.update(K=np.array(K), **overflow_weights(rng, K, 1000.0, 30.0))
+    return "eval", inputs, (f"one-hot E (K = {K}), W_ov and W_kq = 1000 + N(0, 30^2): attention scores and output "
+                            "logits about 1000, beyond exp's overflow in float64 (709.8) and float32 (88.7)")
+
+
 #: name → make(rng), in the order random case j cycles through them.
 REGIMES = {"eval_general_E": _eval_general_E, "eval_saturated": _eval_saturated,
            "train_naive": _train_naive, "train_late_stage": _train_late_stage,
-           "train_attention_cancel": _train_attention_cancel}
+           "train_attention_cancel": _train_attention_cancel, "eval_overflow": _eval_overflow}
 
 
 # --- stored cases ----------------------------------------------------------------------------------
@@ -133,6 +152,14 @@ def _sentences_eval(cfg: dict, seed: int) -> dict:
     """Dataset.from_sentences(cfg sentences, targets, K) with W_ov, W_kq ~ N(0, scale²) (rng seed)."""
     ds = Dataset.from_sentences(cfg["sentences"], cfg["targets"], K=cfg["K"])
     return {**_twostage_arrays(ds, True), **_random_weights(np.random.default_rng(seed), ds.d, cfg["scale"])}
+
+
+def _overflow_eval(cfg: dict, seed: int) -> dict:
+    """random_realizable(K, N, lengths, onehot, seed) with W_ov, W_kq = level + N(0, scale²) entries
+    (:func:`overflow_weights`, rng seed + 1)."""
+    ds = random_realizable(K=cfg["K"], N=cfg["N"], min_len=cfg["min_len"], max_len=cfg["max_len"], seed=seed).dataset
+    return {**_twostage_arrays(ds, True),
+            **overflow_weights(np.random.default_rng(seed + 1), ds.d, cfg["level"], cfg["scale"])}
 
 
 def _schedule(cfg: dict, d: int) -> dict:
@@ -182,6 +209,12 @@ STORED = (
          "eta = 0.05/sqrt d, zero init) on a shortened schedule T0 = 200, T = 500",
          {"K": 20, "N": 200, "min_len": 2, "max_len": 6, **_PAPER, "T0": 200, "T": 500}, 0,
          _random_train),
+    StoredCase("twostage_eval_overflow", NAME, "eval",
+         "one-hot E (K = 6), random realizable sentences of lengths 2..5 with succ, W_ov and W_kq = 1000 + "
+         "N(0, 30^2): every attention score and output logit (also of L0) beyond exp's overflow in float64 "
+         "(709.8) and float32 (88.7), with margins and score gaps of tens; a softmax without its largest score "
+         "subtracted and a loss as -log of that quotient give NaN",
+         {"K": 6, "N": 12, "min_len": 2, "max_len": 5, "level": 1000.0, "scale": 30.0}, 13, _overflow_eval),
 )
 
 
