@@ -15,4 +15,5 @@ counts, the timing loop) and adds, one job per module:
   whole_runs  the whole Figure-2 run, start-up time, bitwise determinism across thread counts
   report      tables, slopes, figure, machine description, the report text
   run         the command
+  limit       the two-stage step's operation counts and the one-core limit (``python -m benchmarks.limit``)
 """

@@ -60,7 +60,7 @@ def _shape_ok(shape: tuple, expected: tuple) -> bool:
 
 
 @njit(cache=True)
-def _all_finite(flat: np.ndarray) -> bool:
+def all_finite(flat: np.ndarray) -> bool:
     """True when every entry of the float64 vector ``flat`` is finite: x - x is 0 for finite x and NaN for
     ±inf and NaN. An integer or-reduction has no order, so the loop vectorises; no temporary array."""
     bad = 0
@@ -103,7 +103,7 @@ def as_float(name: str, x, shape: tuple | None = None, finite: bool = True) -> n
     if shape is not None and not _shape_ok(a.shape, shape):
         raise InputError(f"array '{name}': expected shape {_fmt_shape(shape)}, got {list(a.shape)}")
     a = _to_float64(name, a)
-    if finite and a.size and not _all_finite(a.reshape(-1)):
+    if finite and a.size and not all_finite(a.reshape(-1)):
         bad = np.argwhere(~np.isfinite(a))[0]
         raise InputError(f"array '{name}': non-finite value {a[tuple(bad)]} at index {tuple(int(i) for i in bad)}")
     return a

@@ -244,3 +244,15 @@ def test_the_step_script_computes_each_models_step(capsys):
     assert bm.step.main(["gpt", "1"]) == 2
     assert capsys.readouterr().err.count("\n") == 1
     numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)
+
+
+def test_limit_counts_are_the_per_sentence_formulas():
+    """benchmarks.limit's step counts: the per-sentence formulas of its docstring summed sentence by sentence."""
+    lengths, K, Lmax = np.array([2, 3, 6, 1]), 5, 6
+    c = bm.limit.counts(lengths, K, Lmax)
+    per = [dict(adds=3 * L * K + 3 * K + 5 * L + 3, muls=3 * L * K + K + 4 * L + 1, divs=L, compares=L - 1 + K,
+                exps=Lmax + K + 2, logs=1) for L in lengths.tolist()]
+    for name in per[0]:
+        assert c[name] == sum(p[name] for p in per), name
+    assert c["slot_bytes"] == 8 * 4 * (7 + 3 * K + 7 * Lmax + 1)
+    assert c["compulsory_bytes"] == 8 * (4 * Lmax + 3 * 4 + 4 * K * K)

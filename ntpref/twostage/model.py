@@ -41,6 +41,8 @@ PARALLEL_MIN_WORK = 1 << 20
 """The Numba backend runs the sentences in parallel (prange) only when N * Lmax * K reaches this;
 below it thread start-up costs more than the work (results are bitwise the same either way)."""
 
+_FLOAT64 = np.dtype(np.float64)
+
 
 class Forward(NamedTuple):
     """loss (Eq. 1; the weighted loss of a Prepared set), losses [N] (ℓ_i), logits [N, K] (z),
@@ -371,8 +373,31 @@ def loss_and_grad(data: Dataset | Prepared, W_ov, W_kq, *, backend: str = "numba
     with W_kq None it is (L0, ∇L0, 0)."""
     backend = check_backend(backend)
     prep = _prepared_of(data)
+    if backend == "numba":
+        fast = _loss_and_grad_serial(prep, W_ov, W_kq)
+        if fast is not None:
+            return fast
     loss, _, _, _, _, G_ov, G_kq = _run(prep, *_matrices(prep, W_ov, W_kq), kernels.MODE_GRAD, backend)
     return LossAndGrad(float(loss), G_ov, G_kq)
+
+
+def _plain(W, K: int) -> bool:
+    """W is what the kernels take without a conversion: a writable C-contiguous native float64 [K, K] ndarray."""
+    return (type(W) is np.ndarray and W.dtype is _FLOAT64 and W.shape == (K, K) and W.flags.c_contiguous
+            and W.flags.writeable)
+
+
+def _loss_and_grad_serial(prep: Prepared, W_ov, W_kq) -> LossAndGrad | None:
+    """:func:`loss_and_grad` of the Numba backend in one compiled call (kernels.grad_serial, which also checks
+    finiteness) for a one-hot set that runs serially (:func:`runs_parallel`) with W_ov, W_kq already
+    :func:`_plain` (what a training loop passes every step); None otherwise, or when a matrix has a non-finite
+    entry, and the checked path runs (and names the fault). The values are bitwise those of the checked path."""
+    K = prep.E.shape[1]
+    if not (prep.onehot and _plain(W_ov, K) and _plain(W_kq, K)) or runs_parallel(prep):
+        return None
+    G_ov, G_kq = np.empty((K, K)), np.empty((K, K))
+    finite, loss = kernels.grad_serial(prep.tokens, prep.lengths, prep.targets, prep.weights, W_ov, W_kq, G_ov, G_kq)
+    return LossAndGrad(loss, G_ov, G_kq) if finite else None
 
 
 def step(data: Dataset | Prepared, W_ov, W_kq, *, wrt: str, method: str = "stable",
