@@ -60,7 +60,8 @@ if mode in ("clears_folder", "fifo_log", "dev_zero_log"):   # what the case's fo
     if mode == "dev_zero_log":
         os.symlink("/dev/zero", folder / "stderr")
     sys.exit(1)
-SCRIBBLE = "import os, sys\\ni = 0\\nwhile True:\\n    i += 1\\n    open(os.path.join(sys.argv[1], str(i %% 300)), 'w').close()"
+SCRIBBLE = ("import os, sys\\ni = 0\\nwhile True:\\n    i += 1\\n"
+            "    open(os.path.join(sys.argv[1], str(i %% 300)), 'w').close()")
 if mode in ("new_session", "new_group"):   # a child that leaves the command's session or process group
     child = subprocess.Popen([sys.executable, "-c", SCRIBBLE, str(Path(target).parent)],
                              **({"start_new_session": True} if mode == "new_session" else {"process_group": 0}))

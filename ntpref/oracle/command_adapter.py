@@ -59,8 +59,9 @@ class CommandAdapter:
 
     Exit status 0 and the outputs are judged as a Python adapter's dict; :data:`NOT_IMPLEMENTED` skips the
     case (the reason: the last line of stderr); any other status, a signal, the timeout, a missing or
-    unreadable output, a process it started that cannot be killed fail that case (:class:`CaseError`). InputError for a command line that does not
-    split, names an unknown placeholder, no input, not exactly one output, or a program that is not found.
+    unreadable output, a process it started that cannot be killed fail that case (:class:`CaseError`).
+    InputError for a command line that does not split, names an unknown placeholder, no input, not exactly
+    one output, or a program that is not found.
     """
 
     def __init__(self, command: str, timeout: float = DEFAULT_TIMEOUT):
