@@ -381,27 +381,27 @@ def atomic_write_all(writes: Mapping[str | os.PathLike, Callable[[object], None]
         _missing_parents(path, target.parent)
         plans.append((path, target, mode, write))
     created: list[Path] = []
-    staged: list[tuple[object, Path, Path]] = []     # (open temporary, its path, its target), still locked
-    path = plans[0][0] if plans else None
+    staged: list[tuple[object, Path, Path, Path]] = []   # (open temporary, its name, target, path), still locked
+    path = None
     try:
         for path, target, mode, write in plans:
             created += _make_parents(path, target.parent)
             _remove_stale_temporaries(target)
             fd, tmp = _new_temporary(target)
             fh = os.fdopen(fd, "wb")
-            staged.append((fh, tmp, target))
+            staged.append((fh, tmp, target, path))
             if mode is not None:
                 os.fchmod(fh.fileno(), mode)
             write(fh)
             fh.flush()
             os.fsync(fh.fileno())
         while staged:   # still holding the locks, so no cleanup can remove a temporary first
-            fh, tmp, target = staged[0]
+            fh, tmp, target, path = staged[0]
             os.replace(tmp, target)
             staged.pop(0)
             fh.close()
     except BaseException as exc:
-        for fh, tmp, _ in staged:
+        for fh, tmp, _, _ in staged:
             fh.close()
             with suppress(FileNotFoundError):
                 os.unlink(tmp)

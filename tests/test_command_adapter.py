@@ -265,6 +265,21 @@ def test_a_process_that_cannot_be_killed_is_named_in_the_verdict(capsys, tempora
             f"not be killed: {survivors[0]} (sleep) (nothing on stderr)") in out.splitlines()
 
 
+def test_a_folder_that_cannot_be_removed_is_a_warning(capsys, script, temporary, monkeypatch):
+    """The case's verdict stands and the run goes on; one warning line names the folder left."""
+    def refuse(path, *args, **kwargs):
+        raise OSError(16, "Device or resource busy")
+
+    monkeypatch.setattr(shutil, "rmtree", refuse)
+    rc, out, err = conformance(capsys, "--command", command(script, "exit1"), *ONE_EVAL, 2)
+    monkeypatch.undo()
+    left = sorted(temporary.iterdir())
+    assert rc == 1 and len(left) == 2 and left[0].name.startswith("ntpref-conformance-"), out + err
+    assert err.splitlines() == [f"ntpref: warning: cannot remove the temporary folder {folder} of a --command case; "
+                                "remove it by hand" for folder in sorted(left, key=lambda f: err.index(str(f)))]
+    assert out.splitlines()[-1] == "2 cases: 0 passed, 2 failed, 0 skipped; 0 arrays compared: FAIL"
+
+
 @linux_only
 def test_the_subreaper_flag_is_left_as_it_was():
     """A program that is a subreaper itself stays one after a command's case (the flag is restored, not

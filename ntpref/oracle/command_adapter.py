@@ -92,6 +92,7 @@ class CommandAdapter:
             _remove(folder)
 
     def _run_in(self, folder: str, kind: str, model: str, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """:meth:`_case` in the temporary ``folder``."""
         paths = {name: Path(folder, file) for name, file in (("input", "input.npz"), ("input_dir", "input"),
                                                              ("output", "output.npz"), ("output_dir", "output"))}
         arrays = {"model": np.array(model), **inputs}
