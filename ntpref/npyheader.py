@@ -4,8 +4,8 @@ A ``.npy`` array is the magic string ``b"\\x93NUMPY"``, a major and a minor vers
 (uint16 little-endian in version 1.0, uint32 in 2.0 and 3.0), the header itself (a Python dict literal
 ``{'descr': ..., 'fortran_order': ..., 'shape': ...}``, latin-1 in versions 1.0 and 2.0, UTF-8 in 3.0), then
 exactly prod(shape) × itemsize bytes of data. Every way a header can be malformed (truncated, lying about
-its length, not a dict, missing keys, a negative or non-integer shape, an unknown dtype) is an InputError
-saying what is wrong; nothing here ever unpickles.
+its length, not a dict, missing keys, a negative or non-integer shape, a shape larger than any array, an
+unknown dtype) is an InputError saying what is wrong; nothing here ever unpickles.
 """
 from __future__ import annotations
 
@@ -23,6 +23,9 @@ MAGIC = b"\x93NUMPY"
 MAX_HEADER = 1 << 16
 #: Most dimensions an array may have (NumPy 1.x's limit; the contract's arrays have at most 3).
 MAX_RANK = 32
+#: Largest array NumPy can represent, in bytes, counting the nonzero sizes only (an array of shape (0, n)
+#: holds no data, yet n × itemsize must not pass this either).
+MAX_BYTES = int(np.iinfo(np.intp).max)
 _LENGTH_FORMAT = {1: "<H", 2: "<I", 3: "<I"}
 
 
@@ -99,6 +102,9 @@ def read_header(stream) -> NpyHeader:
     problem = dtype_problem(dtype)
     if problem:
         raise InputError(problem)
+    if math.prod(n for n in shape if n) * dtype.itemsize > MAX_BYTES:
+        raise InputError(f"the .npy header's shape {shape!r} of {dtype} is larger than any array can be (its "
+                         f"nonzero sizes times the item size pass {MAX_BYTES} bytes, even when a size is 0)")
     return NpyHeader(dtype, shape, fortran, len(start) + struct.calcsize(fmt) + length)
 
 

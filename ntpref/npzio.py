@@ -11,7 +11,8 @@ counts, against the budget. A single ``.npy`` file (:func:`load_npy`) gets the s
 within the budget, holding exactly a checked header and the data it describes.
 
 Writing (:func:`atomic_write`): a temporary ``.NAME.XXXXXXXX.tmp`` next to the target, flushed, fsynced and
-renamed over it, so an interrupted write leaves the old file or the new one, never half of one.
+renamed over it, so an interrupted write leaves the old file or the new one, never half of one; several
+files are written all or none by :func:`atomic_write_all` (all temporaries first, then the renames).
 Temporaries left by a killed writer of the same name are removed by the next write. Only a regular file is
 replaced; a symbolic link is written through (its target file is replaced); a new file gets mode
 0666 & ~umask, a replaced file keeps its mode. Missing parent directories are created, and removed again
@@ -364,24 +365,44 @@ def atomic_write(path: str | os.PathLike, write: Callable[[object], None]) -> No
     any operating-system error (disk full, read-only) is an InputError naming ``path``; then the temporary
     file and the parent directories this call created are removed and an existing file is left untouched.
     """
-    _check_name(path, "output")
-    path = Path(path)
-    target, mode = _output_file(path)
-    created = _make_parents(path, target.parent)
-    tmp = None
+    atomic_write_all({path: write})
+
+
+def atomic_write_all(writes: Mapping[str | os.PathLike, Callable[[object], None]]) -> None:
+    """:func:`atomic_write` of several files, all or none: every path is checked before anything is
+    created, every file written and fsynced to its temporary, and only then are the temporaries renamed
+    over their targets, so an InputError (a path that cannot be written, a full disk) leaves every target
+    as it was, with no temporary file or created directory left."""
+    plans = []
+    for name, write in writes.items():
+        _check_name(name, "output")
+        path = Path(name)
+        target, mode = _output_file(path)
+        _missing_parents(path, target.parent)
+        plans.append((path, target, mode, write))
+    created: list[Path] = []
+    staged: list[tuple[object, Path, Path, Path]] = []   # (open temporary, its name, target, path), still locked
+    path = None
     try:
-        _remove_stale_temporaries(target)
-        fd, tmp = _new_temporary(target)
-        with os.fdopen(fd, "wb") as fh:
+        for path, target, mode, write in plans:
+            created += _make_parents(path, target.parent)
+            _remove_stale_temporaries(target)
+            fd, tmp = _new_temporary(target)
+            fh = os.fdopen(fd, "wb")
+            staged.append((fh, tmp, target, path))
             if mode is not None:
                 os.fchmod(fh.fileno(), mode)
             write(fh)
             fh.flush()
             os.fsync(fh.fileno())
-            os.replace(tmp, target)  # still holding the lock, so no cleanup can remove the temporary first
-        tmp = None
+        while staged:   # still holding the locks, so no cleanup can remove a temporary first
+            fh, tmp, target, path = staged[0]
+            os.replace(tmp, target)
+            staged.pop(0)
+            fh.close()
     except BaseException as exc:
-        if tmp is not None:
+        for fh, tmp, _, _ in staged:
+            fh.close()
             with suppress(FileNotFoundError):
                 os.unlink(tmp)
         _remove_dirs(created)

@@ -26,8 +26,13 @@ adapter (3)  ``ntpref conformance ADAPTER.py --model M --kind K --no-stored --ra
           arrays or whose conversion raises, the wrong dtype or shape, NaN, only some outputs, unknown
           names, huge arrays; or it prints, warns, changes directory or modifies its inputs and is correct.
 command (1)  the same with ``--command CMD`` (COMMANDS): a command that exits non-zero, is killed, writes
-          nothing, garbage, a FIFO or the input, floods stderr, outlasts ``--timeout 1``, is not found or
-          names an unknown placeholder; or runs ``ntpref`` itself and is correct.
+          nothing, garbage, a FIFO, the input or a .npy header of an absurd shape, floods stderr, outlasts
+          ``--timeout 1``, is not found or names an unknown placeholder; that starts processes which escape
+          its process group or session (a fork, setsid, a daemon's double fork writing into the case's
+          folder, shell job control, GNU timeout); that clears the case's folder, puts a FIFO or a link to
+          /dev/zero where the stderr log used to be, or locks a folder; or runs ``ntpref`` itself and is
+          correct. Besides the verdict, a process the command started that still runs after the case
+          (marked by the environment variable MARK) or a temporary folder left is a crash.
 tolerances (2)  ``ntpref compare A.npz B.npz --tolerances T.json`` with a mutated tolerance file (an exported
           case.json or a plain one): bad types, unknown, renamed, removed or duplicate keys, NaN, inf,
           negative, huge or 31-digit numbers, deep nesting, long strings; then maybe byte damage (flips,
@@ -64,6 +69,8 @@ three files when it succeeds (case.json a readable tolerance file) and nothing w
 accepted (its summary written, naming every damaged cell that holds NaN or inf as left out) or rejected
 with the line naming a damaged cell; exit 1 is a crash.
 
+``--mode commands`` runs the command surface alone (twice as many runs as COMMANDS has commands).
+
 Two slower modes run ``ntpref`` as a subprocess, a handful of runs each:
 
 ``--mode pipes``  a command with plenty of output (pipe_commands: ``reproduce --list``, ``--help``, ...)
@@ -76,8 +83,9 @@ Two slower modes run ``ntpref`` as a subprocess, a handful of runs each:
           loads, no worker outlives the run, and a rerun exits 0, keeps the finished cells untouched and
           completes the others.
 
-Usage:  python tests/fuzz_cli.py [-n 10000] [--seed 0] [--show 10] [--mode main|pipes|workers]
-(-n defaults to 10000, 50 and 4 for the three modes.) Exit status 0 when there is no crash, 1 otherwise.
+Usage:  python tests/fuzz_cli.py [-n 10000] [--seed 0] [--show 10] [--mode main|commands|pipes|workers]
+(-n defaults to 10000, twice the commands, 50 and 4 for the four modes.) Exit status 0 when there is no
+crash, 1 otherwise.
 The generators are driven by a ``Chooser`` so the property-based test (tests/test_robust_fuzz.py) reuses
 them with Hypothesis choosing instead of a seed.
 """
@@ -911,6 +919,29 @@ ADAPTER_FAULTS = {**{f"import:{k}": (code, "return out", v) for k, (code, v) in 
                   **{f"call:{k}": ("", body, v) for k, (body, v) in CALL_FAULTS.items()}}
 
 _PYTHON = shlex.quote(sys.executable)
+#: Python code run by the commands below (``python -c CODE``): a process writing files into the case's
+#: folder (``sys.argv[1]``'s) until it is killed, started by a fork, a fork in a session of its own, or a
+#: daemon's double fork (the command itself exits 1 a moment later); a {output_dir} file whose header
+#: declares an empty array of a shape no array can have.
+_SCRIBBLE = "\nwhile True:\n    [open(os.path.join(folder, f'x{i}'), 'w').close() for i in range(100)]"
+_ESCAPES = {
+    "fork": "import os, sys, time\nfolder = os.path.dirname(sys.argv[1])\nif os.fork() == 0:" + _SCRIBBLE.replace(
+        "\n", "\n    ") + "\ntime.sleep(0.3)\nsys.exit(1)",
+    "setsid": "import os, sys, time\nfolder = os.path.dirname(sys.argv[1])\nif os.fork() == 0:\n    os.setsid()"
+              + _SCRIBBLE.replace("\n", "\n    ") + "\ntime.sleep(0.3)\nsys.exit(1)",
+    "daemon": "import os, sys, time\nfolder = os.path.dirname(sys.argv[1])\nif os.fork() == 0:\n    os.setsid()\n"
+              "    if os.fork():\n        os._exit(0)" + _SCRIBBLE.replace("\n", "\n    ")
+              + "\ntime.sleep(0.3)\nsys.exit(1)",
+}
+_ABSURD = ("import sys; h = repr({'descr': '<f8', 'fortran_order': False, 'shape': (0, 2 ** 62)}).encode() + b'\\n'; "
+           "open(sys.argv[1] + '/loss.npy', 'wb').write(b'\\x93NUMPY\\x01\\x00' + len(h).to_bytes(2, 'little') + h)")
+
+
+def _literal(code: str) -> str:
+    """``code`` as one word of a --command line: quoted, its braces doubled (not placeholders)."""
+    return shlex.quote(code.replace("{", "{{").replace("}", "}}"))
+
+
 #: name → (command line, the verdict it calls for, --timeout or None)
 COMMANDS = {
     "correct": (f"{_PYTHON} -m ntpref.cli {{kind}} {{input}} -o {{output}} --backend numpy -q", "pass", None),
@@ -926,6 +957,19 @@ COMMANDS = {
     "dev_zero": ("sh -c 'ln -s /dev/zero \"$1\"' sh {output} {input}", "fail", None),
     "timeout": ("sh -c 'sleep 5' sh {input} {output}", "fail", 1),
     "background": ("sh -c 'sleep 30 & exit 1' sh {input} {output}", "fail", None),
+    **{f"escapes_{how}": (f"{_PYTHON} -c {_literal(code)} {{output}} {{input}}", "fail", None)
+       for how, code in _ESCAPES.items()},
+    "job_control": ("bash -c 'set -m; sleep 30 & sleep 0.3; exit 1' sh {input} {output}", "fail", None),
+    "gnu_timeout": ("sh -c 'timeout 30 sleep 30 & sleep 0.3; exit 1' sh {input} {output}", "fail", None),
+    "setsid_sleep": ("sh -c 'setsid sleep 30 & sleep 0.3; exit 1' sh {input} {output}", "fail", None),
+    "clears_folder": ("sh -c 'rm -rf \"$(dirname \"$1\")\"/*; echo cleared >&2; exit 1' sh {output} {input}",
+                      "fail", None),
+    "fifo_log": ("sh -c 'mkfifo \"$(dirname \"$1\")/stderr\"; exit 1' sh {output} {input}", "fail", None),
+    "dev_zero_log": ("sh -c 'ln -s /dev/zero \"$(dirname \"$1\")/stderr\"; exit 1' sh {output} {input}", "fail",
+                     None),
+    "locked_folder": ("sh -c 'mkdir \"$1/d\" && touch \"$1/d/f\" && chmod 0 \"$1/d\" \"$1\"; exit 1' sh {output_dir} "
+                      "{input}", "fail", None),
+    "absurd_header": (f"{_PYTHON} -c {_literal(_ABSURD)} {{output_dir}} {{input}}", "fail", None),
     "stderr_flood": ("sh -c 'yes flood | head -c 2000000 >&2; exit 1' sh {input} {output}", "fail", None),
     "binary_stderr": ("sh -c 'printf \"\\377\\376\\n\" >&2; exit 2' sh {input} {output}", "fail", None),
     "not_found": ("ntpref-no-such-program {input} {output}", "error", None),
@@ -990,11 +1034,51 @@ def run_adapter_case(fault: str, model: str, kind: str, workdir: Path) -> Result
     return _result(f"conformance {model} {kind} adapter {fault}", [f"adapter:{fault}"], rc, err, why, outcome)
 
 
+#: The environment variable that marks the processes of one command case: every process the command starts
+#: inherits it, so one still running after the case (found in /proc) is a leaked process.
+MARK = "NTPREF_FUZZ_COMMAND_CASE"
+
+
+def _marked(token: str) -> list[int]:
+    """The pids of the processes (this one aside) whose environment holds ``MARK=token``."""
+    found, needle = [], f"{MARK}={token}".encode()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            with contextlib.suppress(OSError):
+                if needle in (entry / "environ").read_bytes().split(b"\0"):
+                    found.append(int(entry.name))
+    return found
+
+
+@contextlib.contextmanager
+def _watched_command():
+    """Run a command case marked (MARK) and with its temporary folders in a folder of their own; yields a
+    list that receives what it left behind: processes still running (killed then) and temporary folders."""
+    token, left = f"{os.getpid()}-{time.monotonic_ns()}", []
+    folder, tempdir = tempfile.mkdtemp(prefix="ntpref-fuzz-tmp-"), tempfile.tempdir
+    os.environ[MARK], tempfile.tempdir = token, folder
+    try:
+        yield left
+    finally:
+        del os.environ[MARK]
+        tempfile.tempdir = tempdir
+        leaked = _marked(token) if os.path.isdir("/proc") else []
+        for pid in leaked:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        left += [f"leaked process {pid}" for pid in leaked] + [f"temporary folder {e}" for e in os.listdir(folder)]
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 def run_command_case(name: str, model: str, kind: str) -> Result:
-    """Run the command of ``name`` (COMMANDS) on one case (see :func:`_conformance`)."""
+    """Run the command of ``name`` (COMMANDS) on one case (see :func:`_conformance`); a process the command
+    started that is still running afterwards, or a temporary folder left, is a crash."""
     command, verdict, timeout = COMMANDS[name]
     source = ["--command", command] + ([] if timeout is None else ["--timeout", timeout])
-    rc, err, why, outcome = _conformance(source, model, kind, verdict, None)
+    with _watched_command() as left:
+        rc, err, why, outcome = _conformance(source, model, kind, verdict, None)
+    if left and why is None:
+        why = "left behind: " + ", ".join(left)
     return _result(f"conformance {model} {kind} command {name}", [f"command:{name}"], rc, err, why, outcome)
 
 
@@ -1610,6 +1694,7 @@ SURFACES = {"npz": (25, npz_run), "output": (4, output_run), "environment": (2, 
             "reference": (2, reference_run), "cells": (1, cells_run)}
 #: mode → (surface → runner), and the number of runs by default
 MODES = {"main": ({name: run for name, (_, run) in SURFACES.items()}, 10000),
+         "commands": ({"command": command_run}, 2 * len(COMMANDS)),
          "pipes": ({"pipes": pipe_run}, 50), "workers": ({"workers": worker_run}, 4)}
 OUTCOMES = ("accepted", "failed", "rejected", "crash")
 
@@ -1658,11 +1743,13 @@ def fuzz(n: int | None = None, seed: int = 0, show: int = 10, log=print, mode: s
 
 def main_fuzz(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("-n", type=int, help="number of runs (default 10000; pipes 50, workers 4)")
+    parser.add_argument("-n", type=int, help="number of runs (default 10000; commands twice the commands, pipes 50, "
+                                             "workers 4)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--show", type=int, default=10, help="crashes to print")
     parser.add_argument("--mode", choices=sorted(MODES), default="main",
-                        help="main: in-process surfaces; pipes, workers: subprocess runs (see the module docstring)")
+                        help="main: in-process surfaces; commands: the command surface alone; pipes, workers: "
+                             "subprocess runs (see the module docstring)")
     args = parser.parse_args(argv)
     return 1 if fuzz(args.n, args.seed, args.show, mode=args.mode)["crash"] else 0
 

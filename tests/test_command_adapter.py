@@ -7,10 +7,15 @@ killed by a signal, past its timeout, no output, garbage output), each of which 
 with the end of the command's stderr in the report, never a crash of ntpref nor a pass. The C example
 examples/c/twostage_eval.c is compiled and must pass every two-stage eval case in float64.
 """
+import ctypes
+import os
+import random
+import signal
 import shlex
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -19,12 +24,13 @@ import pytest
 from ntpref.cli import main
 from ntpref.errors import InputError
 from ntpref.oracle.cases import stored_cases
+from ntpref.oracle import reaper
 from ntpref.oracle.conformance import NOT_IMPLEMENTED, CommandAdapter, check, run
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "c" / "twostage_eval.c"
 
 SCRIPT = '''
-import os, signal, sys, time
+import os, shutil, signal, subprocess, sys, time
 from pathlib import Path
 mode, kind, model, form, source, target = sys.argv[1:]
 print(f"{mode}: {kind} of {model}, files {form}", file=sys.stderr)
@@ -43,6 +49,37 @@ if mode == "stray":
     Path(target, "notes.txt").write_text("hello")
 if mode == "folder":
     Path(target, "loss.npy").mkdir()
+if mode == "absurd":   # a zero-byte array whose shape no array can have
+    header = repr({"descr": "<f8", "fortran_order": False, "shape": (0, 2 ** 62)}).encode() + b"\\n"
+    Path(target, "loss.npy").write_bytes(b"\\x93NUMPY\\x01\\x00" + len(header).to_bytes(2, "little") + header)
+if mode in ("clears_folder", "fifo_log", "dev_zero_log"):   # what the case's folder holds, the log's old place
+    folder = Path(target).parent
+    for entry in folder.iterdir():
+        (shutil.rmtree if entry.is_dir() and not entry.is_symlink() else os.unlink)(entry)
+    if mode == "fifo_log":
+        os.mkfifo(folder / "stderr")
+    if mode == "dev_zero_log":
+        os.symlink("/dev/zero", folder / "stderr")
+    sys.exit(1)
+SCRIBBLE = ("import os, sys\\ni = 0\\nwhile True:\\n    i += 1\\n"
+            "    open(os.path.join(sys.argv[1], str(i %% 300)), 'w').close()")
+if mode in ("new_session", "new_group"):   # a child that leaves the command's session or process group
+    child = subprocess.Popen([sys.executable, "-c", SCRIBBLE, str(Path(target).parent)],
+                             **({"start_new_session": True} if mode == "new_session" else {"process_group": 0}))
+    print(f"escaped pid {child.pid}", file=sys.stderr)
+    time.sleep(0.2)
+    sys.exit(1)
+if mode == "daemon":   # double fork, own session, writing into the case's folder until killed
+    r, w = os.pipe()
+    if os.fork() == 0:
+        os.setsid()
+        if os.fork() == 0:
+            os.write(w, str(os.getpid()).encode())
+            os.execv(sys.executable, [sys.executable, "-c", SCRIBBLE, str(Path(target).parent)])
+        os._exit(0)
+    print(f"escaped pid {os.read(r, 32).decode()}", file=sys.stderr)
+    time.sleep(0.2)
+    sys.exit(1)
 if mode not in ("oracle", "broken"):
     sys.exit(0)
 import numpy as np
@@ -121,6 +158,12 @@ FAULTS = {
     ("stray", "dir"): "the command exited with status 0, but {output_dir}: 'notes.txt' is not named NAME.npy (one "
                       ".npy file per output array)",
     ("folder", "dir"): "the command exited with status 0, but {output_dir}/loss.npy: is a directory, not a .npy file",
+    ("absurd", "dir"): "the command exited with status 0, but {output_dir}/loss.npy: the .npy header's shape (0, "
+                       "4611686018427387904) of float64 is larger than any array can be (its nonzero sizes times "
+                       "the item size pass 9223372036854775807 bytes, even when a size is 0)",
+    ("clears_folder", "npz"): "the command exited with status 1",
+    ("fifo_log", "dir"): "the command exited with status 1",
+    ("dev_zero_log", "npz"): "the command exited with status 1",
 }
 
 
@@ -134,6 +177,119 @@ def test_a_failing_command_fails_its_case_with_its_stderr(capsys, script, mode, 
         at = lines.index(f"FAIL  {case}: {FAULTS[mode, form]}; its stderr ends:")
         assert lines[at + 1] == f"      | {mode}: eval of twostage, files {form}"
     assert lines[-1] == "2 cases: 0 passed, 2 failed, 0 skipped; 0 arrays compared: FAIL"
+
+
+def _running(word: str) -> list[int]:
+    """The pids of the running processes (zombies aside) that hold ``word`` as an argument."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if entry.name.isdigit() and word.encode() in argv:
+            found.append(int(entry.name))
+    return found
+
+
+def _subreaper() -> int:
+    flag = ctypes.c_int(-1)
+    assert ctypes.CDLL(None, use_errno=True).prctl(37, ctypes.byref(flag), 0, 0, 0) == 0   # PR_GET_CHILD_SUBREAPER
+    return flag.value
+
+
+@pytest.fixture
+def temporary(tmp_path, monkeypatch):
+    """The folder the cases' temporary folders go to, empty."""
+    folder = tmp_path / "tmp"
+    folder.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(folder))
+    return folder
+
+
+linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="processes that left the command's "
+                                "session are found and killed on Linux only")
+
+
+@linux_only
+@pytest.mark.parametrize("mode", ["new_session", "new_group", "daemon"])
+def test_processes_that_leave_the_command_are_killed(capsys, script, temporary, mode):
+    """A child in a session or process group of its own, or a daemon (double fork, setsid) that keeps
+    writing into the case's folder: killed with the case, the folder removed, the subreaper flag restored."""
+    assert _subreaper() == 0
+    rc, out, err = conformance(capsys, "--command", command(script, mode), *ONE_EVAL, 1)
+    assert (rc, err) == (1, ""), out + err
+    lines = out.splitlines()
+    at = lines.index("FAIL  r0_twostage_0_eval_general_E: the command exited with status 1; its stderr ends:")
+    pid = int(lines[at + 2].split()[-1])
+    assert lines[at + 2] == f"      | escaped pid {pid}"
+    assert not Path(f"/proc/{pid}").exists(), f"process {pid} outlived its case"
+    assert list(temporary.iterdir()) == [] and _subreaper() == 0
+
+
+@linux_only
+@pytest.mark.parametrize("line", ["set -m; sleep {t} &", "timeout {t} sleep {t} &", "setsid sleep {t} &",
+                                  "(sleep {t} &) &", "nohup sleep {t} >/dev/null 2>&1 &"])
+def test_shell_children_outside_the_group_are_killed(capsys, temporary, line):
+    """Shell job control, GNU timeout (each its own process group), setsid, a subshell's orphan, nohup."""
+    if shutil.which("bash") is None:
+        pytest.skip("no bash on PATH")
+    seconds = f"{random.randint(10 ** 6, 10 ** 7)}.{random.randint(1, 99)}"   # names its processes
+    shell = line.format(t=seconds) + " sleep 0.5; echo started >&2; exit 1"   # once they run
+    rc, out, err = conformance(capsys, "--command", f"bash -c {shlex.quote(shell)} sh {{input}} {{output}}",
+                               *ONE_EVAL, 1)
+    assert (rc, err) == (1, "") and "      | started" in out.splitlines(), out + err
+    assert _running(seconds) == [] and list(temporary.iterdir()) == []
+
+
+@linux_only
+def test_a_process_that_cannot_be_killed_is_named_in_the_verdict(capsys, temporary, monkeypatch):
+    """Where killing fails (another user's process, one stuck in the kernel: here os.kill refused), the case
+    fails naming the survivor, whatever the command's status."""
+    seconds = f"{random.randint(10 ** 6, 10 ** 7)}.{random.randint(1, 99)}"
+
+    def refuse(pid, sig):
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(reaper, "GRACE", 0.2)
+    monkeypatch.setattr(os, "kill", refuse)
+    shell = f"setsid sleep {seconds} & sleep 0.5; exit 0"
+    rc, out, err = conformance(capsys, "--command", f"bash -c {shlex.quote(shell)} sh {{input}} {{output}}",
+                               *ONE_EVAL, 1)
+    monkeypatch.undo()
+    survivors = _running(seconds)
+    for pid in survivors:                  # this process's children since the command ended: reaped here
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    assert len(survivors) == 1 and (rc, err) == (1, ""), out + err
+    assert (f"FAIL  r0_twostage_0_eval_general_E: the command exited with status 0, and processes it started could "
+            f"not be killed: {survivors[0]} (sleep) (nothing on stderr)") in out.splitlines()
+
+
+def test_a_folder_that_cannot_be_removed_is_a_warning(capsys, script, temporary, monkeypatch):
+    """The case's verdict stands and the run goes on; one warning line names the folder left."""
+    def refuse(path, *args, **kwargs):
+        raise OSError(16, "Device or resource busy")
+
+    monkeypatch.setattr(shutil, "rmtree", refuse)
+    rc, out, err = conformance(capsys, "--command", command(script, "exit1"), *ONE_EVAL, 2)
+    monkeypatch.undo()
+    left = sorted(temporary.iterdir())
+    assert rc == 1 and len(left) == 2 and left[0].name.startswith("ntpref-conformance-"), out + err
+    assert err.splitlines() == [f"ntpref: warning: cannot remove the temporary folder {folder} of a --command case; "
+                                "remove it by hand" for folder in sorted(left, key=lambda f: err.index(str(f)))]
+    assert out.splitlines()[-1] == "2 cases: 0 passed, 2 failed, 0 skipped; 0 arrays compared: FAIL"
+
+
+@linux_only
+def test_the_subreaper_flag_is_left_as_it_was():
+    """A program that is a subreaper itself stays one after a command's case (the flag is restored, not
+    cleared); ntpref's import never sets it (test above: 0 before and after a case)."""
+    code = ("import ctypes; from ntpref.oracle.reaper import Reaper; libc = ctypes.CDLL(None)\n"
+            "assert libc.prctl(36, 1, 0, 0, 0) == 0\n"
+            "with Reaper() as r:\n    assert r.kill_all() == []\n"
+            "flag = ctypes.c_int(-1); libc.prctl(37, ctypes.byref(flag), 0, 0, 0); print(flag.value)")
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout == "1\n"
 
 
 def test_the_not_implemented_status_skips_the_case(capsys, script):

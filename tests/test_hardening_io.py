@@ -3,6 +3,7 @@ headers, stale temporaries and file modes. Each case ends in one clear line (exi
 or an untouched file (ntpref/npzio.py, ntpref/npyheader.py)."""
 import io
 import os
+import re
 import signal
 import stat
 import struct
@@ -19,7 +20,7 @@ import pytest
 from ntpref.cli import main
 from ntpref.errors import InputError
 from ntpref.oracle import contract
-from ntpref.npzio import MAX_MEMBERS, atomic_write, load_npz, save_npz
+from ntpref.npzio import MAX_MEMBERS, atomic_write, load_npy, load_npz, save_npz
 from ntpref.shallow import iid_init
 
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="FIFOs, symbolic links, umask, SIGKILL")
@@ -394,14 +395,31 @@ GOOD_X = np.arange(6.0).reshape(2, 3)
     (npy("|O", (2,), b"\x80\x04N."), "dtype object: object arrays cannot be written without pickle nor read "
                                       "without unpickling"),
     (b"just some bytes", "not a .npy array (it does not start with the .npy magic string)"),
+    (npy("<f8", (0, 2 ** 62)), "the .npy header's shape (0, 4611686018427387904) of float64 is larger than any "
+                               "array can be (its nonzero sizes times the item size pass 9223372036854775807 "
+                               "bytes, even when a size is 0)"),
+    (npy("|u1", (0, 2 ** 40, 2 ** 40)), "the .npy header's shape (0, 1099511627776, 1099511627776) of uint8 is "
+                                        "larger than any array can be"),
 ], ids=["cut_header", "cut_magic", "lying_length", "negative_shape", "float_shape", "garbage", "list", "missing_key",
-        "bad_descr", "bad_fortran_order", "version", "short_data", "lying_shape", "object", "no_magic"])
+        "bad_descr", "bad_fortran_order", "version", "short_data", "lying_shape", "object", "no_magic",
+        "absurd_empty_shape", "absurd_empty_bytes"])
 def test_damaged_headers_say_what_is_wrong(tmp_path, cli, member, message):
     members = [(n, member if n == "X.npy" else data) for n, data in members_of(shallow_input())]
     path = write_zip(tmp_path / "bad.npz", members)
     status, err = cli("eval", path, "-o", tmp_path / "out.npz", "-q")
     assert status == 2 and f"bad.npz: array 'X' (member 'X.npy'): {message}" in err
     assert not (tmp_path / "out.npz").exists()
+
+
+def test_a_single_npy_file_gets_the_same_header_checks(tmp_path):
+    """load_npy (``{output_dir}`` of a command adapter) refuses a zero-byte array of absurd shape as load_npz
+    does, and still reads the largest empty shape NumPy represents."""
+    (tmp_path / "absurd.npy").write_bytes(npy("<f8", (0, 2 ** 62)))
+    with pytest.raises(InputError, match=re.escape(f"{tmp_path / 'absurd.npy'}: the .npy header's shape (0, "
+                                                   "4611686018427387904) of float64 is larger than any array can be")):
+        load_npy(tmp_path / "absurd.npy")
+    (tmp_path / "empty.npy").write_bytes(npy("<f8", (0, 2 ** 59)))
+    assert load_npy(tmp_path / "empty.npy").shape == (0, 2 ** 59)
 
 
 def test_fortran_order_and_big_endian_members_are_read_as_numpy_does(tmp_path, cli):

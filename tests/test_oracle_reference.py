@@ -202,6 +202,12 @@ def test_truncated_expected_file_names_the_file(runs, capsys, keep):
     assert main(["verify", EVAL_CASE]) == 1
     out = capsys.readouterr().out
     assert f"{EVAL_CASE}/expected.npz" in out and f"FAILED: {EVAL_CASE}" in out
+    # the unreadable file is named; no stored bits were read, so none "moved" (no blame on rounding)
+    assert out.splitlines()[-1] == (f"stored files that do not read, so their arrays were not compared: "
+                                    f"{EVAL_CASE}/expected.npz (the reason is above)")
+    assert "bits moved" not in out
+    result = reference.verify(runs, [EVAL_CASE])[0]
+    assert (result.unreadable, result.bits, result.moved) == ([f"{EVAL_CASE}/expected.npz"], [], [])
 
 
 def test_every_flipped_byte_of_an_expected_file_is_detected(runs):
@@ -338,6 +344,51 @@ def test_regen_refuses_a_changed_input_without_force(runs):
     assert reference.verify(runs, [EVAL_CASE])[0].ok
 
 
+@pytest.mark.parametrize("link", ["expected.npz", "manifest.json", "case folder"])
+def test_regen_never_writes_through_a_link(runs, tmp_path, monkeypatch, capsys, link):
+    """A stored file that is a symbolic link to a file outside the root: regen, forced or not, refuses in one
+    line naming the link, and the file it points to keeps its bytes."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    path = {"expected.npz": runs / EVAL_CASE / "expected.npz", "manifest.json": runs / "manifest.json",
+            "case folder": runs / EVAL_CASE}[link]
+    shutil.move(path, outside / path.name)
+    path.symlink_to(outside / path.name)
+    before = {p: p.read_bytes() for p in outside.rglob("*") if p.is_file()}
+    monkeypatch.setattr(reference, "compute", _perturbed_compute(1 + 1e-14))    # new values: files are rewritten
+    for argv in (["regen", EVAL_CASE], ["regen", EVAL_CASE, "--force"]):
+        assert main(argv) == 2
+        assert capsys.readouterr().err == (f"ntpref: error: {path}: a symbolic link (to '{outside / path.name}'); "
+                                           "files of a reference directory are never written through a link: "
+                                           "replace it by the file it points to\n")
+    assert {p: p.read_bytes() for p in outside.rglob("*") if p.is_file()} == before
+    assert path.is_symlink()
+
+
+def _name_model(root: Path, case: str, model: str) -> None:
+    _edit_manifest(root, lambda m: m["cases"][case].update(model=model))
+
+
+@pytest.mark.parametrize("model", ["shallow", "indrnn"])
+def test_a_manifest_naming_another_model_than_its_files(runs, tmp_path, capsys, model):
+    """The manifest says one model, the stored input (hashes intact) another: every command that reads the
+    case names the manifest, the case and the key in one line, and nothing is computed as the wrong model."""
+    _name_model(runs, EVAL_CASE, model)
+    line = (f"{EVAL_CASE}/input.npz: names model 'twostage', but {runs / 'manifest.json'} says 'model': "
+            f"{model!r} for case '{EVAL_CASE}'")
+    assert main(["verify", EVAL_CASE]) == 1
+    out = capsys.readouterr().out
+    assert f"  {line}" in out.splitlines() and f"FAILED: {EVAL_CASE}" in out
+    for argv in (["regen", EVAL_CASE], ["regen", EVAL_CASE, "--force"], ["regen", "--tolerances-only", EVAL_CASE]):
+        assert main(argv) == 2
+        assert capsys.readouterr().err == f"ntpref: error: {line}\n", argv
+    assert main(["certify", EVAL_CASE, "--root", str(runs)]) == 2
+    err = capsys.readouterr().err                        # after certify's progress line
+    assert err.count("ntpref: error") == 1 and err.splitlines()[-1].startswith("ntpref: error: ") and line in err
+    assert main(["export", EVAL_CASE, "-o", str(tmp_path / "x")]) == 1
+    assert line in capsys.readouterr().err and not (tmp_path / "x").exists()
+
+
 # --- export -------------------------------------------------------------------------------------
 def test_export_writes_files_usable_by_compare(runs, tmp_path, capsys):
     out = tmp_path / "export"
@@ -353,6 +404,31 @@ def test_export_writes_files_usable_by_compare(runs, tmp_path, capsys):
     assert main(["eval", str(out / "input.npz"), "-o", str(tmp_path / "mine.npz"), "-q"]) == 0
     assert main(["compare", str(out / "expected.npz"), str(tmp_path / "mine.npz"),
                  "--tolerances", str(out / "case.json")]) == 0
+
+
+def test_export_writes_all_files_or_none(runs, tmp_path, monkeypatch, capsys):
+    """case.json that cannot be written (a directory in its place; the disk full as it is written): exit 2,
+    and neither input.npz nor expected.npz is left in DIR (nor a temporary)."""
+    out = tmp_path / "export"
+    (out / "case.json").mkdir(parents=True)
+    assert main(["export", EVAL_CASE, "-o", str(out)]) == 2
+    assert capsys.readouterr().err == (f"ntpref: error: {out / 'case.json'}: cannot write: it is a directory, "
+                                       "not a regular file (only regular files are replaced)\n")
+    assert [p.name for p in out.iterdir()] == ["case.json"]
+    (out / "case.json").rmdir()
+    (out / "input.npz").write_bytes(b"old")
+    real_fsync, calls = os.fsync, []
+
+    def fsync(fd):
+        calls.append(fd)
+        if len(calls) == 3:                             # the third file, case.json
+            raise OSError(28, "No space left on device")
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    assert main(["export", EVAL_CASE, "-o", str(out)]) == 2
+    assert capsys.readouterr().err == f"ntpref: error: {out / 'case.json'}: cannot write (No space left on device)\n"
+    assert [p.name for p in out.iterdir()] == ["input.npz"] and (out / "input.npz").read_bytes() == b"old"
 
 
 def test_export_refuses_a_damaged_case(runs, tmp_path):
@@ -431,6 +507,8 @@ def _edit_manifest(root: Path, edit) -> None:
     (lambda m: m["cases"][EVAL_CASE].pop("kind"), rf"manifest\.json: case '{EVAL_CASE}': missing key 'kind'"),
     (lambda m: m["cases"][EVAL_CASE].update(kind="fit"),
      rf"case '{EVAL_CASE}': 'kind' must be one of eval, train, ntk, got 'fit'"),
+    (lambda m: m["cases"][EVAL_CASE].update(model="transformer"),
+     rf"case '{EVAL_CASE}': 'model' must be one of twostage, shallow, indrnn, got 'transformer'"),
     (lambda m: m["cases"][EVAL_CASE].update(seed="1"), rf"case '{EVAL_CASE}': 'seed' must be an integer, got \"1\""),
     (lambda m: m["cases"][EVAL_CASE].update(files={"input.npz": "ab"}),
      rf"case '{EVAL_CASE}': 'files' entry 'input.npz' must be a SHA-256 hex digest"),

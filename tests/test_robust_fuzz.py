@@ -137,7 +137,7 @@ def test_killed_worker(fixtures):
 
 def test_classifier_flags_crashes_of_the_other_surfaces(fixtures, monkeypatch):
     """The oracle of the fuzz runs itself: internal errors, wrong statuses and stray output are crashes."""
-    from ntpref.oracle import cli_reference, compare, conformance, judging, manifest
+    from ntpref.oracle import cli_reference, compare, conformance, judging, manifest, reaper
 
     workdir = fixtures.workdir
     assert fuzz_cli.run_adapter_case("call:correct", "shallow", "eval", workdir).outcome == "accepted"
@@ -151,6 +151,10 @@ def test_classifier_flags_crashes_of_the_other_surfaces(fixtures, monkeypatch):
     with monkeypatch.context() as m:
         m.setattr(conformance.CommandAdapter, "_case", lambda *a: 1 / 0)
         assert fuzz_cli.run_command_case("exit_1", "shallow", "eval").outcome == "crash"
+    with monkeypatch.context() as m:                 # a process that left the command's session, not killed
+        m.setattr(reaper.Reaper, "kill_all", lambda self: [])
+        result = fuzz_cli.run_command_case("setsid_sleep", "shallow", "eval")
+        assert result.outcome == "crash" and "left behind: leaked process" in result.text, result
     with monkeypatch.context() as m:
         m.setattr(compare, "load_tolerances", lambda *a, **k: 1 / 0)
         assert fuzz_cli.tolerance_run(FirstChooser(), fixtures).outcome == "crash"

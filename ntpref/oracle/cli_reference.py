@@ -49,6 +49,10 @@ def _print_results(results: list[CaseResult], manifest: Mapping, verbose: bool, 
     identical = sum(r.status == "bit-identical" for r in results)
     print(f"\n{len(results) - len(failed)}/{len(results)} cases ok, {identical} bit-identical"
           + (f"; FAILED: {', '.join(failed)}" if failed else ""))
+    unreadable = [f for r in results for f in r.unreadable]
+    if unreadable:
+        print(f"stored files that do not read, so their arrays were not compared: {', '.join(unreadable)} "
+              "(the reason is above)")
     moved = [r for r in results if r.moved] if promises else []
     if moved:
         print(f"arrays promised bit-identical whose bits moved: {sum(len(r.moved) for r in moved)}, in "

@@ -1,8 +1,8 @@
 """An implementation in any language, run as a command once per case (docs/conformance.md, "Any language:
 --command"): the command line and its placeholders, the case's input written as an npz file or a directory
 of ``NAME.npy`` files, the command run in a session of its own (killed with everything it started at the
-timeout, at its end and when ntpref is interrupted), its outputs read back, and the last lines of its
-stderr quoted when it fails a case."""
+timeout, at its end and when ntpref is interrupted: :mod:`ntpref.oracle.reaper`), its outputs read back,
+and the last lines of its stderr quoted when it fails a case."""
 from __future__ import annotations
 
 import math
@@ -13,6 +13,7 @@ import signal
 import string
 import subprocess
 import tempfile
+import warnings
 from collections.abc import Mapping
 from contextlib import suppress
 from pathlib import Path
@@ -21,6 +22,7 @@ import numpy as np
 
 from ..errors import InputError, NtprefError
 from ..npzio import BUDGET_VARIABLE, MAX_MEMBERS, load_npy, load_npz, memory_budget, save_npz
+from .reaper import Reaper
 
 #: Exit status by which a command declines a case, as NotImplementedError does in Python: the case is skipped.
 NOT_IMPLEMENTED = 3
@@ -49,14 +51,17 @@ class CommandAdapter:
     the 0-d string ``model``), ``{input_dir}`` a directory holding the same arrays as one ``NAME.npy``
     file each (C order), ``{output}`` the npz file or ``{output_dir}`` the empty directory the command writes
     its outputs into (exactly one of the two), ``{kind}`` and ``{model}``. Its stdin is empty, its stdout
-    discarded and the last lines of its stderr quoted in the report of a case it fails; it runs in a session
-    of its own, so that it and whatever it started are killed after ``timeout`` seconds, when it ends, and
-    when ntpref is interrupted.
+    discarded and the last lines of its stderr (kept in an unnamed temporary file outside the case's folder)
+    quoted in the report of a case it fails; it runs in a session of its own, and it and whatever it started
+    (on Linux also what left that session: :class:`ntpref.oracle.reaper.Reaper`) are killed after
+    ``timeout`` seconds, when it ends, and when ntpref is interrupted. The case's folder is removed then (a
+    warning naming it when that fails).
 
     Exit status 0 and the outputs are judged as a Python adapter's dict; :data:`NOT_IMPLEMENTED` skips the
     case (the reason: the last line of stderr); any other status, a signal, the timeout, a missing or
-    unreadable output fail that case (:class:`CaseError`). InputError for a command line that does not
-    split, names an unknown placeholder, no input, not exactly one output, or a program that is not found.
+    unreadable output, a process it started that cannot be killed fail that case (:class:`CaseError`).
+    InputError for a command line that does not split, names an unknown placeholder, no input, not exactly
+    one output, or a program that is not found.
     """
 
     def __init__(self, command: str, timeout: float = DEFAULT_TIMEOUT):
@@ -78,37 +83,46 @@ class CommandAdapter:
         return self._case("train", model, inputs)
 
     def _case(self, kind: str, model: str, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """Write the input the command line names, run it, read its outputs."""
-        with tempfile.TemporaryDirectory(prefix="ntpref-conformance-") as folder:
-            paths = {name: Path(folder, file) for name, file in (("input", "input.npz"), ("input_dir", "input"),
-                                                                 ("output", "output.npz"), ("output_dir", "output"))}
-            arrays = {"model": np.array(model), **inputs}
-            if "input" in self.used:
-                save_npz(paths["input"], arrays)
-            if "input_dir" in self.used:
-                paths["input_dir"].mkdir()
-                for name, value in arrays.items():
-                    np.save(paths["input_dir"] / f"{name}.npy", np.asarray(value, order="C"), allow_pickle=False)
-            if "output_dir" in self.used:
-                paths["output_dir"].mkdir()
-            values = {"kind": kind, "model": model, **{name: str(path) for name, path in paths.items()}}
-            status, tail = self._execute([word.format(**values) for word in self.words], Path(folder, "stderr"))
-            if status == NOT_IMPLEMENTED:
-                raise NotImplementedError(tail[-1] if tail else f"the command exited with status {status} "
-                                                                "(not implemented)")
-            if status != 0:
-                raise CaseError(_quoting(_exit_text(status), tail))
-            where = "output" if "output" in self.used else "output_dir"
-            try:
-                return load_npz(paths[where]) if where == "output" else _npy_directory(paths[where])
-            except InputError as exc:   # named by its placeholder: the temporary path means nothing afterwards
-                text = str(exc).replace(str(paths[where]), f"{{{where}}}")
-                raise CaseError(_quoting(f"the command exited with status 0, but {text}", tail)) from None
+        """Write the input the command line names, run it, read its outputs; the case's folder is removed
+        afterwards (a warning naming it when it cannot be)."""
+        folder = tempfile.mkdtemp(prefix="ntpref-conformance-")
+        try:
+            return self._run_in(folder, kind, model, inputs)
+        finally:
+            _remove(folder)
 
-    def _execute(self, argv: list[str], log: Path) -> tuple[int, list[str]]:
-        """Run ``argv`` with its stderr into ``log``: (exit status, or −N for signal N; the last lines of its
-        stderr). CaseError when it cannot start or outlasts the timeout."""
-        with open(log, "wb") as stderr:
+    def _run_in(self, folder: str, kind: str, model: str, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """:meth:`_case` in the temporary ``folder``."""
+        paths = {name: Path(folder, file) for name, file in (("input", "input.npz"), ("input_dir", "input"),
+                                                             ("output", "output.npz"), ("output_dir", "output"))}
+        arrays = {"model": np.array(model), **inputs}
+        if "input" in self.used:
+            save_npz(paths["input"], arrays)
+        if "input_dir" in self.used:
+            paths["input_dir"].mkdir()
+            for name, value in arrays.items():
+                np.save(paths["input_dir"] / f"{name}.npy", np.asarray(value, order="C"), allow_pickle=False)
+        if "output_dir" in self.used:
+            paths["output_dir"].mkdir()
+        values = {"kind": kind, "model": model, **{name: str(path) for name, path in paths.items()}}
+        status, tail = self._execute([word.format(**values) for word in self.words])
+        if status == NOT_IMPLEMENTED:
+            raise NotImplementedError(tail[-1] if tail else f"the command exited with status {status} "
+                                                            "(not implemented)")
+        if status != 0:
+            raise CaseError(_quoting(_exit_text(status), tail))
+        where = "output" if "output" in self.used else "output_dir"
+        try:
+            return load_npz(paths[where]) if where == "output" else _npy_directory(paths[where])
+        except InputError as exc:   # named by its placeholder: the temporary path means nothing afterwards
+            text = str(exc).replace(str(paths[where]), f"{{{where}}}")
+            raise CaseError(_quoting(f"the command exited with status 0, but {text}", tail)) from None
+
+    def _execute(self, argv: list[str]) -> tuple[int, list[str]]:
+        """Run ``argv`` with its stderr into an unnamed temporary file (outside the case's folder, so the
+        command cannot replace it): (exit status, or −N for signal N; the last lines of its stderr).
+        CaseError when it cannot start, outlasts the timeout or leaves processes that cannot be killed."""
+        with tempfile.TemporaryFile(prefix="ntpref-stderr-") as stderr, Reaper() as reaper:
             try:
                 process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr,
                                            start_new_session=True)
@@ -118,11 +132,15 @@ class CommandAdapter:
                 status = process.wait(self.timeout)
             except subprocess.TimeoutExpired:
                 status = None
-            finally:   # its whole session: nothing it started outlives the case (or an interrupted ntpref)
+            finally:   # its session, then all else it started: nothing outlives the case (or an interrupted ntpref)
                 with suppress(ProcessLookupError, PermissionError):
                     os.killpg(process.pid, signal.SIGKILL)
                 process.wait()
-        tail = _stderr_tail(log)
+                survivors = reaper.kill_all()
+            tail = _stderr_tail(stderr)
+        if survivors:
+            raise CaseError(_quoting(f"{_exit_text(status) if status is not None else 'the command timed out'}, "
+                                     f"and processes it started could not be killed: {', '.join(survivors)}", tail))
         if status is None:
             raise CaseError(_quoting(f"the command timed out after {self.timeout:g} s and was killed", tail))
         return status, tail
@@ -188,13 +206,37 @@ def _npy_directory(folder: Path) -> dict[str, np.ndarray]:
     return {entry[:-len(".npy")]: load_npy(folder / entry) for entry in entries}
 
 
-def _stderr_tail(log: Path) -> list[str]:
-    """The last :data:`STDERR_LINES` non-blank lines of a command's stderr, each cut to STDERR_WIDTH characters."""
-    with open(log, "rb") as fh:
-        fh.seek(max(0, os.fstat(fh.fileno()).st_size - STDERR_LINES * STDERR_WIDTH * 4))
-        lines = fh.read().decode("utf-8", errors="replace").splitlines()
+def _stderr_tail(log) -> list[str]:
+    """The last :data:`STDERR_LINES` non-blank lines of a command's stderr (the open file ``log``), each cut to
+    STDERR_WIDTH characters; at most the last STDERR_LINES × STDERR_WIDTH × 4 bytes are read."""
+    most = STDERR_LINES * STDERR_WIDTH * 4
+    log.seek(max(0, os.fstat(log.fileno()).st_size - most))
+    lines = log.read(most).decode("utf-8", errors="replace").splitlines()
     lines = [line.rstrip() for line in lines if line.strip()][-STDERR_LINES:]
     return [line if len(line) <= STDERR_WIDTH else line[:STDERR_WIDTH] + "..." for line in lines]
+
+
+def _remove(folder: str) -> None:
+    """Remove a case's temporary folder, whatever the command left in it (unwritable folders included); a
+    warning naming it when that fails, never an error: the case's verdict stands."""
+    with suppress(OSError):
+        shutil.rmtree(folder, onerror=_writable_then_retry)
+    if os.path.lexists(folder):
+        warnings.warn(f"cannot remove the temporary folder {folder} of a --command case; remove it by hand",
+                      stacklevel=2)
+
+
+def _writable_then_retry(function, path, exc_info) -> None:
+    """rmtree's error handler: make the folder holding ``path`` (and ``path``, a folder) writable and
+    searchable, then remove ``path`` once more; a second failure propagates."""
+    for folder in (os.path.dirname(path), path):
+        with suppress(OSError):
+            if os.path.isdir(folder) and not os.path.islink(folder):
+                os.chmod(folder, 0o700)
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path)
+    else:
+        os.unlink(path)
 
 
 def _exit_text(status: int) -> str:

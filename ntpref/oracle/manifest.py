@@ -56,6 +56,7 @@ import numpy as np
 from ..checks import did_you_mean
 from ..errors import InputError
 from ..jsonio import load_json
+from ..models import NAMES
 from ..npzio import atomic_write, load_npz, save_npz
 from ..shipped import shipped_dir
 from .compare import check_tolerance
@@ -169,7 +170,7 @@ def _check_records(where: str, section: Mapping, tolerances: bool) -> None:
 
 def check_manifest(path, manifest) -> None:
     """Raise InputError naming ``path``, the case and the key when ``manifest`` is not a format_version 1
-    reference manifest (module docstring): a missing key, a wrong type, an unknown kind or file, a case
+    reference manifest (module docstring): a missing key, a wrong type, an unknown model, kind or file, a case
     name that is not a plain directory name, an invalid tolerance."""
     if not isinstance(manifest, dict):
         raise InputError(f"{path}: a reference manifest must be a JSON object")
@@ -190,6 +191,8 @@ def check_manifest(path, manifest) -> None:
             _require(where, entry, key, types, what)
         if "provenance" in entry and not isinstance(entry["provenance"], dict):
             raise InputError(f"{where}: 'provenance' must be an object, got {json.dumps(entry['provenance'])[:60]}")
+        if entry["model"] not in NAMES:
+            raise InputError(f"{where}: 'model' must be one of {', '.join(NAMES)}, got {entry['model']!r}")
         kind = _require(where, entry, "kind", str, "a string")
         if kind not in KINDS:
             raise InputError(f"{where}: 'kind' must be one of {', '.join(KINDS)}, got {kind!r}")
@@ -209,7 +212,8 @@ def check_manifest(path, manifest) -> None:
 
 
 def save_manifest(root: str | os.PathLike, manifest: Mapping) -> None:
-    """Write ``root/manifest.json`` atomically (provenance refreshed)."""
+    """Write ``root/manifest.json`` atomically (provenance refreshed), never through a symbolic link."""
+    refuse_links([Path(root) / "manifest.json"])
     manifest = {**manifest, "provenance": provenance()}
     text = re.sub(r"\[\s+([^\[\]{}]*?)\s+\]", lambda m: "[" + " ".join(m.group(1).split()) + "]",
                   json.dumps(manifest, indent=1)) + "\n"   # shapes on one line
@@ -324,8 +328,9 @@ def write_case(root: str | os.PathLike, name: str, entry: dict, inputs: Mapping[
     input.npz only when ``inputs`` is given, intermediates.npz only when ``extra`` is non-empty. A file
     that already holds exactly these arrays (its hash and its arrays' records in ``manifest`` match) is
     left as it is, since rewriting it would change its zip timestamps only; when no file is rewritten the
-    entry keeps the provenance recorded for the files. Each file is replaced atomically; the manifest is
-    *not* saved here (call :func:`save_manifest` once after writing all cases).
+    entry keeps the provenance recorded for the files. Each file is replaced atomically, never through a
+    symbolic link (InputError before anything is written: :func:`refuse_links`); the manifest is *not* saved
+    here (call :func:`save_manifest` once after writing all cases).
     """
     if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
         raise InputError(f"case name {name!r}: use letters, digits, '_', '-', '.' only")
@@ -333,6 +338,7 @@ def write_case(root: str | os.PathLike, name: str, entry: dict, inputs: Mapping[
     old = manifest["cases"].get(name)
     files = {"input.npz": inputs, "expected.npz": expected, **({INTERMEDIATES: extra} if extra else {})}
     rewrite = [f for f, arrays in files.items() if arrays is not None and not _holds(folder / f, arrays, old)]
+    refuse_links([folder] + [folder / f for f in rewrite])
     for f in rewrite:
         save_npz(folder / f, files[f])
     if not rewrite and old is not None and "provenance" in old:
@@ -405,11 +411,37 @@ def check_file(root: Path, case: str, entry: Mapping, filename: str) -> tuple[di
         elif sha256_array(a) != rec["sha256"]:
             problems.append(f"{where}: array '{name}' bytes differ from the manifest (sha256)")
     problems += [f"{where}: array '{n}' not in the manifest" for n in arrays if n not in recorded]
+    if filename == "input.npz":
+        problems += model_problems(root, case, entry, arrays)
     if not problems and sha256_file(path) != entry.get("files", {}).get(filename):
         problems.append(f"{where}: file bytes differ from the manifest although every array matches "
                         "(zip headers changed)")
     return arrays, problems
 
+
+def model_problems(root: Path, case: str, entry: Mapping, inputs: Mapping[str, np.ndarray]) -> list[str]:
+    """The manifest's ``model`` of a case against the ``model`` its stored input names (a manifest edited
+    to name another model would otherwise pass its hashes and be computed as that model): [] when they
+    agree, else one problem naming the file, the manifest, the case and the key."""
+    named = inputs.get("model")
+    if named is not None and np.ndim(named) == 0 and np.asarray(named).dtype.kind == "U":
+        if str(named) == entry["model"]:
+            return []
+        what = f"names model {str(named)!r}"
+    else:
+        what = "has no 0-d string array 'model'"
+    return [f"{case}/input.npz: {what}, but {Path(root) / 'manifest.json'} says 'model': {entry['model']!r} "
+            f"for case '{case}'"]
+
+
+def refuse_links(paths: Iterable[Path]) -> None:
+    """InputError naming the first of ``paths`` (files of a reference directory about to be rewritten, or
+    the folders holding them) that is a symbolic link: rewriting through it would replace a file outside
+    the directory."""
+    for path in paths:
+        if os.path.islink(path):
+            raise InputError(f"{path}: a symbolic link (to '{os.readlink(path)}'); files of a reference directory "
+                             "are never written through a link: replace it by the file it points to")
 
 
 def select_cases(manifest: Mapping, cases: Iterable[str] | None) -> list[str]:

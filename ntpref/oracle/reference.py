@@ -17,19 +17,21 @@ from typing import NamedTuple
 import numpy as np
 
 from ..errors import ComparisonError, InputError
-from ..npzio import atomic_write, load_npz
+from ..npzio import atomic_write_all, load_npz
 from .bits import ArrayBits, bit_distances, bits_summary
 from .compare import Report, check_tolerance, compare_arrays
 from .kinds import compute, intermediates
 from .manifest import (BYTES_FIELDS, FORMAT_VERSION, array_records, case_entry, check_file, default_root,
-                       kept_fields, load_cases, ordered_record, save_manifest, select_cases, tolerances_of,
-                       write_case)
+                       kept_fields, load_cases, model_problems, ordered_record, refuse_links, save_manifest,
+                       select_cases, tolerances_of, write_case)
 from .tolerance import default_tolerances
 
 
 class CaseResult(NamedTuple):
-    """Outcome of verifying one case: integrity ``problems``, the comparison ``report`` and the recomputed
-    arrays against their stored bits, ``bits`` (:class:`ArrayBits`; report None and bits empty if not run)."""
+    """Outcome of verifying one case: integrity ``problems``, the comparison ``report``, the recomputed
+    arrays against their stored bits, ``bits`` (:class:`ArrayBits`; report None and bits empty if not run;
+    only the arrays of the files that could be read), and ``unreadable``, the stored files that could not
+    ("CASE/expected.npz")."""
 
     case: str
     kind: str
@@ -37,6 +39,7 @@ class CaseResult(NamedTuple):
     report: Report | None
     bits: list
     seconds: float
+    unreadable: list
 
     @property
     def ok(self) -> bool:
@@ -64,10 +67,12 @@ def verify_case(root: Path, case: str, entry: Mapping, backend: str = "numba") -
     """
     start = time.perf_counter()
     inputs, problems = check_file(root, case, entry, "input.npz")
-    stored = {}
+    stored, unreadable = {}, [] if inputs is not None else [f"{case}/input.npz"]
     for filename in entry["files"]:
         if filename != "input.npz":
             arrays, more = check_file(root, case, entry, filename)
+            if arrays is None:
+                unreadable.append(f"{case}/{filename}")
             stored.update(arrays or {})
             problems += more
     report, bits = None, []
@@ -81,8 +86,8 @@ def verify_case(root: Path, case: str, entry: Mapping, backend: str = "numba") -
         else:
             tols = tolerances_of(entry)
             report = compare_arrays(stored, actual, tols, names=list(tols) + [n for n in actual if n not in tols])
-            bits = bit_distances(stored, actual, entry)
-    return CaseResult(case, entry["kind"], problems, report, bits, time.perf_counter() - start)
+            bits = bit_distances(stored, {n: a for n, a in actual.items() if n in stored}, entry)
+    return CaseResult(case, entry["kind"], problems, report, bits, time.perf_counter() - start, unreadable)
 
 
 def _outputs(entry: Mapping, inputs: Mapping[str, np.ndarray], backend: str) -> dict[str, np.ndarray]:
@@ -124,15 +129,20 @@ def regen(root: str | os.PathLike | None, case: str, force: bool = False, backen
     (:func:`ntpref.oracle.tolerance.default_tolerances`); the other fields of each array's record
     (:func:`kept_fields`: ``bitwise``) stay. A file whose arrays keep their bits is not rewritten
     (:func:`write_case`). expected.npz is replaced atomically first, then manifest.json; if interrupted
-    in between, ``verify`` reports a hash mismatch and rerunning ``regen`` repairs it.
+    in between, ``verify`` reports a hash mismatch and rerunning ``regen`` repairs it. InputError, forced or
+    not, before anything is computed: the case folder, a file it may rewrite or manifest.json is a symbolic
+    link (:func:`refuse_links`: never written through), or the manifest names another model than the
+    stored input (:func:`model_problems`).
     """
     root = Path(root if root is not None else default_root())
     manifest = load_cases(root)
     select_cases(manifest, [case])
     entry = manifest["cases"][case]
+    refuse_links([root / case, *(root / case / f for f in entry["files"] if f != "input.npz"), root / "manifest.json"])
     inputs, in_problems = check_file(root, case, entry, "input.npz")
     if inputs is None:
         raise InputError("; ".join(in_problems))
+    _require_model(root, case, entry, inputs)
     old = {}
     for filename in entry["files"]:
         if filename != "input.npz":
@@ -156,6 +166,14 @@ def regen(root: str | os.PathLike | None, case: str, force: bool = False, backen
     return Regenerated(report, bits)
 
 
+def _require_model(root: Path, case: str, entry: Mapping, inputs: Mapping[str, np.ndarray]) -> None:
+    """InputError when the manifest names another model than the case's stored input
+    (:func:`ntpref.oracle.manifest.model_problems`): no computation may run as the wrong model, forced or not."""
+    problems = model_problems(root, case, entry, inputs)
+    if problems:
+        raise InputError(problems[0])
+
+
 def retolerance(root: str | os.PathLike | None, case: str, backend: str = "numba") -> Report:
     """Replace the tolerances recorded for ``case`` by the float64 policy's for its stored input
     (:func:`ntpref.oracle.tolerance.default_tolerances`), leaving every stored file and hash as it is.
@@ -171,6 +189,8 @@ def retolerance(root: str | os.PathLike | None, case: str, backend: str = "numba
     stored, problems = {}, []
     for filename in entry["files"]:
         arrays, more = check_file(root, case, entry, filename)
+        if filename == "input.npz" and arrays is not None:
+            _require_model(root, case, entry, arrays)
         problems += more
         if filename != "input.npz":
             stored.update(arrays or {})
@@ -193,7 +213,8 @@ def retolerance(root: str | os.PathLike | None, case: str, backend: str = "numba
 def export(root: str | os.PathLike | None, case: str, outdir: str | os.PathLike) -> list[Path]:
     """Copy a case's input.npz, expected.npz (and intermediates.npz) to ``outdir``; write ``case.json``.
 
-    The files are checked against the manifest first (ComparisonError when damaged). ``case.json``
+    The files are checked against the manifest first (ComparisonError when damaged), and written all or
+    none (:func:`ntpref.npzio.atomic_write_all`: an InputError leaves ``outdir`` as it was). ``case.json``
     holds the case's float64-policy tolerances (docs/tolerance.md) and can be passed to
     ``ntpref compare --tolerances``.
     """
@@ -205,11 +226,6 @@ def export(root: str | os.PathLike | None, case: str, outdir: str | os.PathLike)
     if problems:
         raise ComparisonError(f"export {case}: stored files do not match the manifest: " + "; ".join(problems))
     outdir = Path(outdir)
-    written = []
-    for f in entry["files"]:
-        data = (root / case / f).read_bytes()
-        atomic_write(outdir / f, lambda fh, data=data: fh.write(data))
-        written.append(outdir / f)
     run = "eval" if entry["kind"] == "eval" else "train"
     info = {"case": case, "format_version": FORMAT_VERSION, "model": entry["model"], "kind": entry["kind"],
             "description": entry["description"], "config": entry["config"], "seed": entry["seed"],
@@ -219,7 +235,8 @@ def export(root: str | os.PathLike | None, case: str, outdir: str | os.PathLike)
                       "computed from the input)") if entry["kind"] != "ntk" else
                      "kind ntk: gram = ntpref.shallow.ntk.ntk_gram(X, c, U, W, ...); compare with expected.npz",
             "tolerances": tolerances_of(entry)}
-    text = json.dumps(info, indent=1) + "\n"
-    atomic_write(outdir / "case.json", lambda fh: fh.write(text.encode("utf-8")))
-    return written + [outdir / "case.json"]
+    contents = {outdir / f: (root / case / f).read_bytes() for f in entry["files"]}
+    contents[outdir / "case.json"] = (json.dumps(info, indent=1) + "\n").encode("utf-8")
+    atomic_write_all({path: lambda fh, data=data: fh.write(data) for path, data in contents.items()})
+    return list(contents)
 
