@@ -6,9 +6,8 @@
 
 from the repository root. On the conformance cases (the stored cases and ``--random N`` random cases per
 model from ``--seed S``) it runs the exact backend once per case, builds every tolerance of every array (in
-float64 the running error bound, :mod:`ntpref.oracle.tolerance`, and the calibrated one; in float32 the
-envelope, :mod:`ntpref.oracle.envelope`, and the calibrated one scaled from float64's,
-:mod:`ntpref.oracle.calibrated`) and measures under each:
+float64 the running error bound and the calibrated one; in float32 the envelope and the calibrated one
+scaled from float64's: the policies of :mod:`ntpref.oracle.policies`) and measures under each:
 
   false failures  correct implementations of the precision (the mutation benchmark's family: in float64 the
                   NumPy backend as it is and on symmetry-moved inputs, the Numba backend on reversed
@@ -21,8 +20,8 @@ envelope, :mod:`ntpref.oracle.envelope`, and the calibrated one scaled from floa
   power           whether the oracle's outputs with the array multiplied by (1 + 10^-k ξ) (ξ = ±1 per entry;
                   k = 9 in float64, 4 in float32) fail, on the (case, array) pairs where every member is within
                   10^-k / 100 (float64, the oracle too) or 10^-k / 30 (float32) of the array's largest entry
-                  of the exact value ("accurate"); a pass where the report says the array is checked only
-                  coarsely (its tolerance admits that much: float32 in a cancelling regime) is counted apart
+                  of the exact value ("accurate"); a pass where the report says the array is unchecked (its
+                  tolerance admits every value, docs/tolerance.md) is counted apart
 
 The calibrated tolerances are built from the oracle and the exact backend only (and in float32 the oracle's
 response to the inputs rounded to float32); none of the family's members enters them, so every member is a
@@ -43,10 +42,11 @@ from tabulate import tabulate
 from ntpref.errors import NtprefError
 from ntpref.models import SPECS
 from ntpref.npzio import atomic_write, check_output
-from ntpref.oracle.cases import POLICIES, PRECISIONS, cases
+from ntpref.oracle.cases import cases
+from ntpref.oracle.policies import POLICIES, PRECISIONS
 from ntpref.oracle.compare import compare_arrays
 from ntpref.oracle.exactness import differences, exact_backend
-from ntpref.oracle.judging import coarse_arrays
+from ntpref.oracle.judging import unchecked_arrays
 
 from .mutations import correct_family
 from .sweeps import _outputs_of, _recording, perturbed
@@ -62,7 +62,7 @@ SETTINGS = tuple((precision, policy) for precision in PRECISIONS for policy in P
 def measure_case(case, members) -> list[dict]:
     """One record per (floating-point array of ``case``, precision): per policy the family's largest err/tol
     (``worst``), whether the perturbation of :data:`POWER` fails (``caught``) and whether the report says the
-    array is checked only coarsely (``coarse``, :func:`ntpref.oracle.judging.coarse_arrays`); ``accurate``
+    array is unchecked (``unchecked``, :func:`ntpref.oracle.judging.unchecked_arrays`); ``accurate``
     (module docstring) and ``visible`` (a non-zero entry). ``members``: (name, precision, adapter, last) of the family;
     a member that raises NotImplementedError for the case is left out of it."""
     exact_values = exact_backend().compute(case.kind, case.inputs, as_float=False)
@@ -81,7 +81,6 @@ def measure_case(case, members) -> list[dict]:
         mine = [out for (_, p), out in outputs.items() if p == precision]
         judged = [case.expected, *mine] if precision == "float64" else mine
         tolerances = {policy: case.tolerances(precision, policy) for policy in POLICIES}
-        coarse = {policy: coarse_arrays(case.expected, tols, precision) for policy, tols in tolerances.items()}
         for array, value in case.expected.items():
             if value.dtype.kind != "f":
                 continue
@@ -95,7 +94,9 @@ def measure_case(case, members) -> list[dict]:
             for policy, tols in tolerances.items():
                 ratios = [compare_arrays(case.expected, out, tols, names=[array]).rows[0].ratio
                           for out in mine if array in out]
-                record[policy] = {"worst": max(ratios, default=0.0), "coarse": array in coarse[policy],
+                rows = compare_arrays(case.expected, case.expected, tols, names=[array]).rows
+                record[policy] = {"worst": max(ratios, default=0.0),
+                                  "unchecked": bool(unchecked_arrays(case.expected, tols, rows)),
                                   "caught": not compare_arrays(case.expected, wrong, tols, names=[array]).ok}
             records.append(record)
     return records
@@ -103,8 +104,8 @@ def measure_case(case, members) -> list[dict]:
 
 def summary(records: list[dict]) -> dict:
     """(precision, policy) → {"false": false failures, "accurate": accurate pairs (solver outputs included),
-    "missed": accurate pairs the perturbation passes silently (the report does not say the array is checked
-    only coarsely) but the solver outputs (the model's ``diagnostics``), those counted in "solver", "coarse":
+    "missed": accurate pairs the perturbation passes silently (the report does not say the array is
+    unchecked) but the solver outputs (the model's ``diagnostics``), those counted in "solver", "unchecked":
     the accurate pairs the perturbation passes with the report saying so, "slack": (model, array) → (median,
     min, cases)}."""
     out = {}
@@ -119,10 +120,10 @@ def summary(records: list[dict]) -> dict:
             "false": sum(r[policy]["worst"] > 1 for r in mine),
             "accurate": sum(r["accurate"] for r in mine),
             "missed": [(r["case"], r["array"]) for r in mine if r["accurate"] and not r["solver"]
-                       and not r[policy]["caught"] and not r[policy]["coarse"]],
+                       and not r[policy]["caught"] and not r[policy]["unchecked"]],
             "solver": sum(r["accurate"] and r["solver"] and not r[policy]["caught"] for r in mine),
-            "coarse": sum(r["accurate"] and not r["solver"] and not r[policy]["caught"] and r[policy]["coarse"]
-                          for r in mine),
+            "unchecked": sum(r["accurate"] and not r["solver"] and not r[policy]["caught"] and r[policy]["unchecked"]
+                             for r in mine),
             "slack": {k: (float(np.median(v)), float(np.min(v)), len(v)) for k, v in sorted(slacks.items())}}
     return out
 
@@ -137,12 +138,12 @@ def markdown(document: dict) -> str:
     lines = [f"{len(document['cases'])} cases (random {document['random']} per model from seed {document['seed']}"
              f"{', and the stored cases' if document['stored'] else ''}), {document['seconds']:.0f} s.", ""]
     lines.append(tabulate([(_name(k), v["false"], f"1e-{POWER[k[0]][0]}",
-                            f"{len(v['missed'])} of {v['accurate']} (+ {v['solver']} solver)", v["coarse"],
+                            f"{len(v['missed'])} of {v['accurate']} (+ {v['solver']} solver)", v["unchecked"],
                             f"{np.median([m for m, _, _ in v['slack'].values()]):.3g}",
                             f"{max(m for m, _, _ in v['slack'].values()):.3g}",
                             f"{min(n for _, n, _ in v['slack'].values()):.3g}") for k, v in s.items()],
                            headers=("tolerance", "false failures", "perturbation",
-                                    "passes silently where accurate (solver outputs)", "passes, said coarse", "median of the arrays' median slack",
+                                    "passes silently where accurate (solver outputs)", "passes, said unchecked", "median of the arrays' median slack",
                                     "largest median slack", "smallest slack"), tablefmt="github"))
     lines += ["", "Slack per array (median / minimum over the cases):", ""]
     keys = sorted(set().union(*(v["slack"].keys() for v in s.values())))

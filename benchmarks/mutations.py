@@ -45,7 +45,8 @@ from tabulate import tabulate
 from ntpref.errors import NtprefError
 from ntpref.models import NAMES, SPECS
 from ntpref.npzio import atomic_write, check_output
-from ntpref.oracle.cases import DEFAULT_POLICY, POLICIES, cases
+from ntpref.oracle.cases import cases
+from ntpref.oracle.policies import DEFAULT_POLICY, POLICIES
 
 from . import rounded, symmetries, sweeps
 from .sweeps import ACTS, Member

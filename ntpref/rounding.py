@@ -1,16 +1,17 @@
 """Rounding-error arithmetic of the float64 tolerance policy (docs/tolerance.md), shared by the magnitude
 forms that live beside each model (``ntpref.twostage.magnitudes``, ``ntpref.shallow.magnitudes``) and by
-the policy itself (:mod:`ntpref.oracle.tolerance`).
+the policy itself (:mod:`ntpref.oracle.policies.bound`).
 
-A tolerance is a dict ``{"rtol", "atol", "atol_max_scale", "atol_per_step", "reason"}`` in the form
-:func:`ntpref.oracle.compare.compare_arrays` accepts; the functions below build the four kinds the policy
-gives: an evaluated array, a per-step trajectory, a final iterate, a max-margin solution.
+The functions below build the four kinds of :class:`ntpref.tolerance.Tolerance` the policy gives: an
+evaluated array, a per-step trajectory, a final iterate, a max-margin solution.
 """
 from __future__ import annotations
 
 from typing import NamedTuple
 
 import numpy as np
+
+from .tolerance import TINY, Tolerance
 
 #: Unit roundoff of float64.
 U = 2.0 ** -53
@@ -21,8 +22,6 @@ TRANSCENDENTAL_ULPS = 8
 #: Max-margin solutions W_ov*, W_kq*: a least-norm QP certified to margins >= 1 - 1e-9
 #: (docs/twostage.md §5); another solver may stop anywhere within that, relative to max|W*|.
 QP_REL = 1e-9
-#: Smallest atol: -0.0 and 0.0 agree, and a tolerance is never "exact" (bitwise).
-TINY = float(np.finfo(np.float64).smallest_subnormal)
 
 
 def underflow_floor(count: int) -> float:
@@ -50,39 +49,30 @@ def max_abs(x) -> float:
     return float(np.max(np.abs(x), initial=0.0))
 
 
-def eval_tolerance(M: np.ndarray, count: int) -> dict:
+def eval_tolerance(M: np.ndarray, count: int) -> Tolerance:
     """``atol = SAFETY · γ_K · max M`` for one evaluated array, at least :func:`underflow_floor`."""
     top = float(np.max(M, initial=0.0))
-    return {"rtol": 0.0, "atol": max(SAFETY * gamma(count) * top, underflow_floor(count)), "atol_max_scale": 0.0,
-            "atol_per_step": 0.0, "reason": f"float64 policy, evaluation: {SAFETY:g}·γ_{count}·max M, M = {top:.3g}"}
+    return Tolerance.saturated(atol=max(SAFETY * gamma(count) * top, underflow_floor(count)),
+                               reason=f"float64 policy, evaluation: {SAFETY:g}·γ_{count}·max M, M = {top:.3g}")
 
 
-def running_max(D: np.ndarray, first: int) -> np.ndarray:
-    """max_{first <= s <= t} D(s) for every t (0 before ``first``): D [steps]."""
-    env = np.where(np.arange(D.shape[0]) >= first, D, 0.0)
-    return np.maximum.accumulate(env) if env.size else env
-
-
-def trajectory_tolerance(q: np.ndarray, floor: float, count: int, propagated: np.ndarray, what: str) -> dict:
+def trajectory_tolerance(q: np.ndarray, floor: float, count: int, propagated: np.ndarray, what: str) -> Tolerance:
     """A logged trajectory q [steps]: rtol SAFETY·γ_K, and the straight line atol + atol_per_step·t
-    lying above SAFETY·(floor + propagated(t)) and :func:`underflow_floor`; ``floor`` is q's evaluation bound
-    apart from γ_K |q_t|."""
-    line = SAFETY * (floor + propagated)
-    atol = max(float(line[0]), underflow_floor(count))
-    t = np.arange(1, q.shape[0])
-    slope = max(float(np.max((line[1:] - atol) / t, initial=0.0)), 0.0)
-    return {"rtol": SAFETY * gamma(count), "atol": atol, "atol_max_scale": 0.0, "atol_per_step": slope,
-            "reason": f"float64 policy, trajectory {what}: {SAFETY:g}·[γ_{count}·|q_t| + {floor:.3g} + "
-                      f"propagated rounding, {float(propagated[-1]):.3g} at the last step]"}
+    lying above SAFETY·(floor + propagated(t)) and :func:`underflow_floor`
+    (:meth:`ntpref.tolerance.Tolerance.line_above`); ``floor`` is q's evaluation bound apart from γ_K |q_t|."""
+    atol, slope = Tolerance.line_above(SAFETY * (floor + propagated), underflow_floor(count))
+    return Tolerance.saturated(rtol=SAFETY * gamma(count), atol=atol, atol_per_step=slope,
+                               reason=f"float64 policy, trajectory {what}: {SAFETY:g}·[γ_{count}·|q_t| + {floor:.3g} + "
+                                      f"propagated rounding, {float(propagated[-1]):.3g} at the last step]")
 
 
-def final_tolerance(propagated: float, what: str) -> dict:
+def final_tolerance(propagated: float, what: str) -> Tolerance:
     """A final iterate: ``atol = SAFETY · propagated`` (the rounding carried along the run)."""
-    return {"rtol": 0.0, "atol": max(SAFETY * propagated, TINY), "atol_max_scale": 0.0, "atol_per_step": 0.0,
-            "reason": f"float64 policy, {what}: {SAFETY:g}·propagated rounding {propagated:.3g}"}
+    return Tolerance.saturated(atol=max(SAFETY * propagated, TINY),
+                               reason=f"float64 policy, {what}: {SAFETY:g}·propagated rounding {propagated:.3g}")
 
 
-def qp_tolerance(W_star: np.ndarray) -> dict:
+def qp_tolerance(W_star: np.ndarray) -> Tolerance:
     """A max-margin solution: :data:`QP_REL` · max|W*| (a certified least-norm QP solver)."""
-    return {"rtol": 0.0, "atol": max(QP_REL * max_abs(W_star), TINY), "atol_max_scale": 0.0, "atol_per_step": 0.0,
-            "reason": f"max-margin solution: a certified least-norm QP solver, {QP_REL:g}·max|W*|"}
+    return Tolerance.saturated(atol=max(QP_REL * max_abs(W_star), TINY),
+                               reason=f"max-margin solution: a certified least-norm QP solver, {QP_REL:g}·max|W*|")

@@ -4,7 +4,7 @@ A :class:`ModelCase` describes one model (and one choice of its options): how to
 input, how to call the library's loss-and-gradient function on it, and the names of its parameters.
 An input is a dict of arrays in the interchange layout of docs/contract.md (``model``, the data, the
 parameters, the options as 0-d arrays), so the float64 tolerance policy
-(:func:`ntpref.oracle.tolerance.default_tolerances`) applies to it directly. The checks:
+(:func:`ntpref.oracle.policies.bound.bound_tolerances`) applies to it directly. The checks:
 
 * :func:`check_gradients` — every closed-form gradient entry against central finite differences of the
   loss (:func:`ntpref.oracle.gradcheck.gradcheck`);
@@ -32,7 +32,7 @@ import pytest
 from ntpref.errors import InputError
 from ntpref.oracle.compare import compare_arrays
 from ntpref.oracle.gradcheck import gradcheck
-from ntpref.oracle.tolerance import default_tolerances
+from ntpref.oracle.policies.bound import bound_tolerances
 from ntpref import shallow
 from ntpref.shallow import indrnn, indrnn_kernels
 from ntpref.shallow.contract import input_data, input_kappa
@@ -233,7 +233,7 @@ def check_backends_agree(case: ModelCase, inputs: Mapping) -> None:
     policy tolerance (a first-order rounding bound of the evaluation, docs/tolerance.md)."""
     expected = case.outputs(inputs, "numpy")
     actual = case.outputs(inputs, "numba")
-    tolerances = default_tolerances(case.model, "eval", inputs, expected)
+    tolerances = bound_tolerances(case.model, "eval", inputs, expected)
     report = compare_arrays(expected, actual, tolerances, labels=("numpy", "numba"))
     assert sorted(row.name for row in report.rows) == sorted(expected)
     assert report.ok, report.table()

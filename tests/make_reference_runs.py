@@ -25,12 +25,12 @@ import time
 from pathlib import Path
 
 from ntpref.models import SPECS
-from ntpref.oracle import tolerance
+from ntpref.oracle.policies.bound import bound_tolerances
 from ntpref.oracle.bits import bit_distances, changes_text
 from ntpref.oracle.kinds import compute, intermediates
 from ntpref.oracle.manifest import (case_entry, check_file, default_root, load_manifest, save_manifest, tolerances_of,
                                     write_case)
-from ntpref.oracle.compare import compare_arrays, tolerance_text
+from ntpref.oracle.compare import compare_arrays
 from ntpref.npzio import load_npz
 from ntpref.numba_target import configure_process
 from ntpref.spec import StoredCase
@@ -67,7 +67,7 @@ def generate(cases: list[StoredCase], root: Path) -> None:
             runs[backend] = (compute(case.kind, inputs, backend),
                              intermediates(case.model, case.kind, inputs, backend))
         (expected, extra), (other, other_extra) = runs["numba"], runs["numpy"]
-        tols = tolerance.default_tolerances(case.model, case.kind, inputs, {**expected, **extra}, outputs=expected)
+        tols = bound_tolerances(case.model, case.kind, inputs, {**expected, **extra}, outputs=expected)
         report = compare_arrays({**expected, **extra}, {**other, **other_extra}, tols, labels=("numba", "numpy"))
         if not report.ok:
             raise SystemExit(f"{case.name}: numba and numpy backends disagree beyond the tolerances:\n{report}")
@@ -120,7 +120,7 @@ def main(argv=None) -> int:
     generate(cases, root)
     for c in cases:
         tols = tolerances_of(load_manifest(root)["cases"][c.name])
-        print(f"  {c.name}: " + ", ".join(sorted({tolerance_text(t) for t in tols.values()})))
+        print(f"  {c.name}: " + ", ".join(sorted({t.text() for t in tols.values()})))
     return 0
 
 

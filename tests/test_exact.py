@@ -42,7 +42,7 @@ from ntpref.exact import arith, indrnn, maxmargin, shallow, twostage
 from ntpref.models import SPECS
 from ntpref.oracle import certify, contract, kinds
 from ntpref.oracle.cases import Case, random_cases, stored_cases
-from ntpref.oracle.tolerance import default_tolerances
+from ntpref.oracle.policies.bound import bound_tolerances
 from ntpref.rounding import qp_tolerance
 
 U = 2.0 ** -53
@@ -107,8 +107,8 @@ def error(actual: np.ndarray, values: np.ndarray) -> float:
 
 def ratios(case: Case, actual: dict, values: dict) -> dict[str, float]:
     """err/atol per array of the oracle's float64 policy for this case."""
-    tols = default_tolerances(case.model, "eval", case.inputs, actual)
-    return {name: error(actual[name], q) / tols[name]["atol"] for name, q in values.items()}
+    tols = bound_tolerances(case.model, "eval", case.inputs, actual)
+    return {name: error(actual[name], q) / tols[name].atol for name, q in values.items()}
 
 
 def test_the_cases_cover_every_option():
@@ -239,23 +239,23 @@ def test_exact_stage1_follows_the_closed_form():
 def test_a_relative_error_of_1e_6_in_any_array_fails(case):
     actual = contract.evaluate(case.inputs)
     values = exact_values(case)
-    tols = default_tolerances(case.model, "eval", case.inputs, actual)
+    tols = bound_tolerances(case.model, "eval", case.inputs, actual)
     checked = 0
     for name, q in values.items():
         top = max(float(abs(v)) for v in q.ravel())
         if top == 0:                            # f at the paired init, ∂W at T = 1: exactly 0
             continue
-        if tols[name]["atol"] >= 0.5e-6 * top:
+        if tols[name].atol >= 0.5e-6 * top:
             # the policy's bound of the two-stage attention gradient counts the magnitude of a float64
             # computation that cancels (a_l − φ·a): on saturated inputs it cannot resolve 1e-6; with logits
             # beyond exp's overflow (about 1000) it counts their rounding, u·|z|, in p and so in grad_W_ov
             overflow = case.id.endswith("eval_overflow") and name == "grad_W_ov"
-            assert (case.model, name) == ("twostage", "grad_W_kq") or overflow, (name, tols[name]["atol"] / top)
+            assert (case.model, name) == ("twostage", "grad_W_kq") or overflow, (name, tols[name].atol / top)
             continue
         wrong = np.array(actual[name], dtype=np.float64)
         k = np.unravel_index(np.argmax(np.abs(wrong)), wrong.shape)
         wrong[k] *= 1 + 1e-6
-        assert error(wrong, q) > tols[name]["atol"], name
+        assert error(wrong, q) > tols[name].atol, name
         checked += 1
     assert checked >= 3
 
@@ -399,7 +399,7 @@ def test_certify_reports_every_array_in_units_of_u_and_of_the_tolerance():
     for row in report.rows:
         tols = BY_ID[row.case].tolerances("float64", "bound")
         if row.name in tols:
-            assert row.bound == tols[row.name]["atol"]            # an eval bound is the atol of every entry
+            assert row.bound == tols[row.name].atol            # an eval bound is the atol of every entry
         assert row.ratio <= 1e-2 and row.units < 100 and not row.trajectory
     assert {r.name for r in report.rows if r.case == cases[0].id} >= {"head_s", "head_a", "head_MU"}
     assert any(row.units > 0.1 for row in report.rows)
@@ -525,7 +525,7 @@ def test_certify_record_stores_the_ratios_that_verify_prints_and_regen_keeps_whi
     import shutil
 
     from ntpref.cli import main
-    from ntpref.oracle.calibrated import calibrated_tolerances
+    from ntpref.oracle.policies.calibrated import calibrated_tolerances
     from ntpref.oracle.cases import stored_cases
     from ntpref.oracle.manifest import calibrated_of, default_root, load_manifest, save_manifest
 
@@ -644,7 +644,7 @@ def test_the_max_margin_solutions_of_a_general_E_are_certified_and_the_oracle_is
             assert 0 < sum(1 for x in solution.lam if x) < len(constraints), name     # some constraints inactive
             W = arith.to_numpy(solution.W, as_float=False)
             err = error(oracle[name], W)
-            assert 0 < err <= qp_tolerance(arith.to_numpy(solution.W))["atol"], (name, err)
+            assert 0 < err <= qp_tolerance(arith.to_numpy(solution.W)).atol, (name, err)
             assert not maxmargin.kkt(S.columns, constraints, arith.to_mp(oracle[name]), solution.lam).ok
             moved = arith.combine(solution.W, solution.W, mpmath.mpf("1e-30"))
             assert not maxmargin.kkt(S.columns, constraints, moved, solution.lam).ok

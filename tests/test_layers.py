@@ -31,7 +31,7 @@ ROOT = Path(ntpref.__file__).resolve().parent
 LAYERS = (
     ("foundation", ("ntpref", "ntpref.errors", "ntpref.checks", "ntpref.progress", "ntpref.interrupt",
                     "ntpref.numba_target", "ntpref.vmath", "ntpref.npzio", "ntpref.npyheader", "ntpref.blas",
-                    "ntpref.jsonio", "ntpref.rounding", "ntpref.spec", "ntpref.shipped")),
+                    "ntpref.jsonio", "ntpref.tolerance", "ntpref.rounding", "ntpref.spec", "ntpref.shipped")),
     ("papers", ("ntpref.twostage", "ntpref.twostage.*", "ntpref.shallow", "ntpref.shallow.*", "ntpref.exact",
                 "ntpref.exact.*")),
     ("registry", ("ntpref.models",)),

@@ -10,13 +10,13 @@ import pytest
 
 from ntpref.cli import main
 from ntpref.errors import InputError
-from ntpref.oracle.compare import (EXACT, check_tolerance, compare_arrays, compare_one, element_bounds,
-                                   load_tolerances, tolerance, tolerance_sum)
+from ntpref.oracle.compare import compare_arrays, compare_one, load_tolerances
+from ntpref.tolerance import EXACT, Tolerance
 from ntpref.npzio import save_npz
 
 
 def row(e, a, **tol):
-    return compare_one("x", np.asarray(e), np.asarray(a), tolerance(**tol) if tol else EXACT)
+    return compare_one("x", np.asarray(e), np.asarray(a), Tolerance(**tol) if tol else EXACT)
 
 
 def test_tolerance_bound_is_atol_plus_scaled_max_plus_rtol():
@@ -52,12 +52,12 @@ def test_exact_compares_values_and_the_sign_of_zero():
 @pytest.mark.parametrize("tol", [{}, {"rtol": 1e-3}])
 def test_nonfinite_values_always_fail_and_are_named(tol):
     r = row([1.0, np.nan], [1.0, np.nan], **tol)
-    assert not r.ok and r.note == "expected holds NaN at index (1,); actual holds NaN at index (1,)"
+    assert not r.ok and r.note == "non-finite: expected holds NaN at index (1,); actual holds NaN at index (1,)"
     r = row([[1.0, 2.0], [3.0, 4.0]], [[1.0, 2.0], [np.inf, -np.inf]], **tol)
-    assert not r.ok and r.note == "actual holds inf at index (1, 0) (2 non-finite entries)"
+    assert not r.ok and r.note == "non-finite: actual holds inf at index (1, 0) (2 non-finite entries)"
     r = row(np.array(-np.inf), np.array(-np.inf), **tol)
-    assert not r.ok and r.note == "expected holds -inf at index (); actual holds -inf at index ()"
-    assert r.max_abs_err == 0.0
+    assert not r.ok and r.note == "non-finite: expected holds -inf at index (); actual holds -inf at index ()"
+    assert (r.max_abs_err, r.max_rel_err, r.ratio) == (None, None, None)     # no error, no err/tol: only where
 
 
 def test_per_step_bound_grows_along_axis_0():
@@ -69,7 +69,7 @@ def test_per_step_bound_grows_along_axis_0():
         assert row(e, a, atol=1e-6, atol_per_step=1e-6).ok is ok, t
     assert row(np.array(1.0), np.array(1.0 + 1e-6), atol=1e-6, atol_per_step=1.0).ok   # 0-d: t = 0
     assert not row(np.array(1.0), np.array(1.0 + 2e-6), atol=1e-6, atol_per_step=1.0).ok
-    assert tolerance(atol=3e-15, atol_per_step=2e-17, rtol=1e-13)["atol_per_step"] == 2e-17
+    assert Tolerance(atol=3e-15, atol_per_step=2e-17, rtol=1e-13).atol_per_step == 2e-17
 
 
 def test_head_tolerance_on_leading_rows():
@@ -88,11 +88,11 @@ def test_a_tolerance_sum_bounds_every_element_by_at_least_the_sum_of_the_two(hea
     e = rng.standard_normal((10, 3))
     def random_tol(n):
         bounds = lambda: dict(zip(("rtol", "atol", "atol_max_scale", "atol_per_step"), rng.uniform(0, 1, 4)))
-        return tolerance(**bounds(), head=None if n is None else {"n": n, **bounds()})
+        return Tolerance(**bounds(), head=None if n is None else {"n": n, **bounds()})
     a, b = random_tol(heads[0]), random_tol(heads[1])
-    total = tolerance_sum(a, b, "both")
-    assert total["reason"] == "both"
-    summed, bound = element_bounds(e, a) + element_bounds(e, b), element_bounds(e, total)
+    total = a.plus(b, "both")
+    assert total.reason == "both"
+    summed, bound = a.element_bounds(e) + b.element_bounds(e), total.element_bounds(e)
     assert np.all(bound >= summed * (1 - 1e-15))
     n = max([h for h in heads if h is not None], default=0)
     np.testing.assert_allclose(bound[n:], summed[n:], rtol=1e-15)   # exact past the heads
@@ -175,9 +175,9 @@ def test_missing_arrays_named_per_side():
 def test_per_array_tolerances_and_default():
     e = {"a": np.ones(3), "b": np.ones(3)}
     a = {"a": np.ones(3) + 1e-8, "b": np.ones(3) + 1e-8}
-    rep = compare_arrays(e, a, {"a": tolerance(rtol=1e-7)})
+    rep = compare_arrays(e, a, {"a": Tolerance(rtol=1e-7)})
     assert [r.ok for r in rep.rows] == [True, False]           # b falls back to exact
-    assert compare_arrays(e, a, {"a": tolerance(rtol=1e-7)}, default=tolerance(atol=1e-7)).ok
+    assert compare_arrays(e, a, {"a": Tolerance(rtol=1e-7)}, default=Tolerance(atol=1e-7)).ok
 
 
 @pytest.mark.parametrize("spec,message", [
@@ -192,7 +192,7 @@ def test_per_array_tolerances_and_default():
 ], ids=["negative", "nan", "unknown-key", "string", "negative-head-n", "unknown-head-key", "not-a-mapping"])
 def test_bad_tolerance_is_an_input_error_naming_it(spec, message):
     with pytest.raises(InputError, match="^" + re.escape(f"t: {message}") + "$"):
-        check_tolerance("t", spec)
+        Tolerance.from_json("t", spec)
 
 
 # --- command line -------------------------------------------------------------------------------
@@ -255,7 +255,7 @@ def test_cli_tolerance_file(files, capsys):
     assert main(["compare", str(d / "e.npz"), str(d / "off.npz"), "--tolerances", str(d / "tol.json")]) == 1
     # the case.json written by `ntpref export` is accepted too
     (d / "case.json").write_text(json.dumps({"case": "x", "tolerances": {"f": {"atol": 2e-6, "reason": "r"}}}))
-    assert load_tolerances(d / "case.json")[0]["f"]["atol"] == 2e-6
+    assert load_tolerances(d / "case.json")[0]["f"].atol == 2e-6
     assert main(["compare", str(d / "e.npz"), str(d / "off.npz"), "--tolerances", str(d / "case.json")]) == 0
 
 
@@ -283,7 +283,7 @@ def test_cli_storage_details_and_nonfinite(files, capsys):
     save_npz(d / "nan.npz", {**e, "f": np.where(np.arange(5) == 2, np.nan, e["f"])})
     assert main(["compare", str(d / "nan.npz"), str(d / "nan.npz"), "--rtol", "1"]) == 1
     out = capsys.readouterr().out
-    assert re.search(r"FAIL \(expected holds NaN at index \(2,\); actual holds NaN at index \(2,\)\)", out)
+    assert re.search(r"FAIL \(non-finite: expected holds NaN at index \(2,\); actual holds NaN at index \(2,\)\)", out)
     save_npz(d / "f32.npz", {**e, "f": e["f"].astype(np.float32)})
     assert main(["compare", str(d / "e.npz"), str(d / "f32.npz"), "--input", str(d / "e.npz")]) == 2
     assert main(["compare", str(d / "e.npz"), str(d / "f32.npz"), "--rtol", "1"]) == 1
@@ -419,7 +419,7 @@ def test_tolerance_for_an_array_the_files_do_not_hold_is_refused(tmp_path, capsy
 
 
 def test_relative_error_leaves_out_entries_expected_to_be_zero():
-    row = compare_one("g", np.array([0.0, 2.0, 0.0]), np.array([1e-17, 2.0 + 2.0 ** -51, 0.0]), tolerance(atol=1e-15))
+    row = compare_one("g", np.array([0.0, 2.0, 0.0]), np.array([1e-17, 2.0 + 2.0 ** -51, 0.0]), Tolerance(atol=1e-15))
     assert row.ok and row.max_abs_err == 2.0 ** -51 and row.max_rel_err == 2.0 ** -52   # not inf from the 0 entry
     assert compare_one("k", np.array([0, 3]), np.array([1, 3]), EXACT).max_rel_err == 0.0
 
@@ -434,7 +434,7 @@ def _chunk_cases(rng):
     a[250, 3, 1] += 1e-3                      # the worst entry, in a late chunk
     a[10, 0, 0] += 1e-5
     a[200, 6, 4], a[290, 1, 1], e[120, 2, 2] = np.nan, -np.inf, np.inf
-    bounds = tolerance(rtol=1e-8, atol=1e-9, atol_per_step=1e-10, atol_max_scale=1e-12,
+    bounds = Tolerance(rtol=1e-8, atol=1e-9, atol_per_step=1e-10, atol_max_scale=1e-12,
                        head={"n": 20, "rtol": 1e-12, "atol": 0.0, "atol_max_scale": 0.0, "atol_per_step": 0.0})
     zeros = np.zeros(5000)
     signed = zeros.copy()
@@ -443,7 +443,7 @@ def _chunk_cases(rng):
     moved = big.copy()
     moved[2999] += 1                           # equal as float64, not as integers
     return [(e, a, bounds), (e, e.copy(), bounds), (zeros, signed, EXACT), (big, moved, EXACT),
-            (clean.astype(np.float32), clean, tolerance(rtol=1e-6)), (np.array(3.0), np.array(3.5), tolerance(atol=0.1))]
+            (clean.astype(np.float32), clean, Tolerance(rtol=1e-6)), (np.array(3.0), np.array(3.5), Tolerance(atol=0.1))]
 
 
 def test_a_comparison_in_chunks_reports_what_one_pass_does(monkeypatch, rng):
@@ -455,7 +455,7 @@ def test_a_comparison_in_chunks_reports_what_one_pass_does(monkeypatch, rng):
     whole = [compare_one("x", *case) for case in cases]
     assert [r.ok for r in whole] == [False, False, False, False, True, False]
     assert "expected holds inf at index (120, 2, 2)" in whole[0].note and "(250, 3, 1)" not in whole[0].note
-    assert whole[1].note == "expected holds inf at index (120, 2, 2); actual holds inf at index (120, 2, 2)"
+    assert whole[1].note == "non-finite: expected holds inf at index (120, 2, 2); actual holds inf at index (120, 2, 2)"
     assert whole[2].note == "1 entries differ" and whole[3].note == "1 entries differ"
     e, a, bounds = np.nan_to_num(cases[0][0], posinf=0.0), np.nan_to_num(cases[0][1], nan=0.0, neginf=0.0), cases[0][2]
     finite = compare_one("x", e, a, bounds)
@@ -480,8 +480,8 @@ def test_a_comparison_takes_memory_of_one_chunk_not_of_the_arrays(monkeypatch):
 
     monkeypatch.setattr(compare, "CHUNK", 1 << 14)
     e = np.linspace(-1.0, 1.0, 1 << 21)
-    for expected, a, tol in ((e, e + 1e-12, tolerance(rtol=1e-9, atol_per_step=1e-15)), (e, e.copy(), EXACT),
-                             (e.astype(np.float32), e, tolerance(rtol=1e-6))):
+    for expected, a, tol in ((e, e + 1e-12, Tolerance(rtol=1e-9, atol_per_step=1e-15)), (e, e.copy(), EXACT),
+                             (e.astype(np.float32), e, Tolerance(rtol=1e-6))):
         tracemalloc.start()
         row = compare_one("x", expected, a, tol)
         peak = tracemalloc.get_traced_memory()[1]
@@ -498,20 +498,21 @@ def test_a_comparison_takes_memory_of_one_chunk_not_of_the_arrays(monkeypatch):
 ])
 def test_a_failing_array_names_the_shape_of_its_error(make, text, rng):
     e = rng.standard_normal((3, 4, 4))
-    r = compare_one("g", e, make(e), tolerance(rtol=1e-10, atol_max_scale=1e-12))
+    r = compare_one("g", e, make(e), Tolerance(rtol=1e-10, atol_max_scale=1e-12))
     assert not r.ok and r.note.endswith(f"; {text}"), r.note
 
 
 def test_an_error_without_a_shape_names_none(rng):
-    """Noise, a scale on part of the array, one number (a multiple of any other) and a symmetric array (its
-    own transpose) get no shape; the sign of one number does."""
+    """Noise, a scale on part of the array and a symmetric array (its own transpose) get no shape; one number
+    (a multiple of any other) gets the ratio, unless it is the sign."""
     e = rng.standard_normal((3, 4, 4))
-    tol = tolerance(rtol=1e-10, atol_max_scale=1e-12)
+    tol = Tolerance(rtol=1e-10, atol_max_scale=1e-12)
     half = e.copy()
     half[0] *= 2.0
     symmetric = e + np.swapaxes(e, -1, -2)
-    for expected, actual in ((e, e + 1e-3 * rng.standard_normal(e.shape)), (e, half), (np.array(2.0), np.array(3.0)),
-                             (symmetric, symmetric + 1e-3)):
+    for expected, actual in ((e, e + 1e-3 * rng.standard_normal(e.shape)), (e, half), (symmetric, symmetric + 1e-3)):
         r = compare_one("g", expected, actual, tol)
         assert not r.ok and r.note.count(";") == 1, r.note          # "N entries outside; worst at (...)"
     assert compare_one("g", np.array(2.0), np.array(-2.0), tol).note.endswith("; actual = −expected (a sign)")
+    assert compare_one("g", np.array(2.0), np.array(3.0), tol).note.endswith("; actual/expected = 1.5")
+    assert compare_one("g", np.array([2.0]), np.array([24.0]), tol).note.endswith("; actual/expected = 12")

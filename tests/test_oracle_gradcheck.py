@@ -200,7 +200,7 @@ def test_cli_nan_gradient_fails_by_name(tmp_path, capsys):
     g[2, 3] = np.nan
     save_npz(tmp_path / "nan.npz", {"grad_W_ov": g})
     assert main(["gradcheck", str(inp), str(tmp_path / "nan.npz")]) == 1
-    assert re.search(r"grad_W_ov .* FAIL \(given holds NaN at index \(2, 3\)\)", capsys.readouterr().out)
+    assert re.search(r"grad_W_ov .* FAIL \(non-finite: given holds NaN at index \(2, 3\)\)", capsys.readouterr().out)
 
 
 def test_sampled_check_sees_every_non_finite_entry(inputs, tmp_path, capsys):
@@ -219,7 +219,7 @@ def test_sampled_check_sees_every_non_finite_entry(inputs, tmp_path, capsys):
     save_npz(tmp_path / "bad.npz", {"grad_W_ov": g})
     for seed in ("0", "1", "2"):
         assert main(["gradcheck", str(inp), str(tmp_path / "bad.npz"), "--max-entries", "1", "--seed", seed]) == 1
-        assert re.search(r"grad_W_ov .* FAIL \(given holds (NaN|inf)", capsys.readouterr().out)
+        assert re.search(r"grad_W_ov .* FAIL \(non-finite: given holds (NaN|inf)", capsys.readouterr().out)
 
 
 def test_seed_must_be_a_whole_number_at_least_zero(inputs, tmp_path, capsys):

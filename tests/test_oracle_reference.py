@@ -19,7 +19,8 @@ import make_reference_runs
 from ntpref.cli import main
 from ntpref.errors import ComparisonError, InputError
 from ntpref.npzio import load_npz
-from ntpref.oracle import bits, kinds, reference, tolerance
+from ntpref.oracle import bits, kinds, reference
+from ntpref.oracle.policies.bound import bound_tolerances
 from ntpref.oracle import manifest as mf
 
 REPO_RUNS = Path(mf.__file__).resolve().parents[2] / "reference_runs"
@@ -103,16 +104,16 @@ def test_manifest_tolerances_follow_the_float64_policy(manifest, case):
     if "intermediates" in entry:
         arrays.update(load_npz(REPO_RUNS / case / mf.INTERMEDIATES))
     inputs = load_npz(REPO_RUNS / case / "input.npz")
-    policy = tolerance.default_tolerances(entry["model"], entry["kind"], inputs, arrays)
+    policy = bound_tolerances(entry["model"], entry["kind"], inputs, arrays)
     recorded = mf.tolerances_of(entry)
     assert set(recorded) == set(policy)
     factor = 2.0 if entry["kind"] == "train" else 1.0 + 1e-9
     for name, tol in policy.items():
-        assert recorded[name]["rtol"] == pytest.approx(tol["rtol"], rel=1e-12), name
+        assert recorded[name].rtol == pytest.approx(tol.rtol, rel=1e-12), name
         for key in ("atol", "atol_per_step"):
-            a, b = recorded[name][key], tol[key]
+            a, b = getattr(recorded[name], key), getattr(tol, key)
             assert (a == b == 0) or (b / factor <= a <= b * factor), (name, key, a, b)
-        assert recorded[name]["atol_max_scale"] == 0.0 and "head" not in recorded[name]
+        assert recorded[name].atol_max_scale == 0.0 and recorded[name].head is None
 
 
 def test_five_token_reference_matches_spec_values():
@@ -398,7 +399,7 @@ def test_export_writes_files_usable_by_compare(runs, tmp_path, capsys):
         assert (out / f).read_bytes() == (runs / EVAL_CASE / f).read_bytes()
     info = json.loads((out / "case.json").read_text())
     assert info["case"] == EVAL_CASE and info["model"] == "twostage" and info["kind"] == "eval"
-    assert info["tolerances"] == mf.tolerances_of(mf.load_manifest(runs)["cases"][EVAL_CASE])
+    assert info["tolerances"] == {n: t.to_json() for n, t in mf.tolerances_of(mf.load_manifest(runs)["cases"][EVAL_CASE]).items()}
     assert info["tolerances"]["logits"]["reason"].startswith("float64 policy, evaluation")
     assert "--input input.npz" in info["usage"]
     assert main(["eval", str(out / "input.npz"), "-o", str(tmp_path / "mine.npz"), "-q"]) == 0
@@ -447,7 +448,7 @@ def test_regen_writes_the_policy_tolerances(runs, monkeypatch):
     reference.regen(runs, EVAL_CASE)
     entry = mf.load_manifest(runs)["cases"][EVAL_CASE]
     inputs, expected = load_npz(runs / EVAL_CASE / "input.npz"), load_npz(runs / EVAL_CASE / "expected.npz")
-    policy = tolerance.default_tolerances("twostage", "eval", inputs, expected)
+    policy = bound_tolerances("twostage", "eval", inputs, expected)
     assert mf.tolerances_of(entry) == policy
 
 

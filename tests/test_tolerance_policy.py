@@ -1,4 +1,4 @@
-"""ntpref.oracle.tolerance: the float64 policy passes every correct float64 implementation (other
+"""ntpref.oracle.policies.bound: the float64 running error bound passes every correct float64 implementation (other
 summation orders, another backend, independent straightforward code, ulp-level noise), including
 outputs that are exactly zero in exact arithmetic, and fails a 1e-6 relative error in any array
 or a 1e-3 relative error in one gradient of a training run."""
@@ -9,7 +9,10 @@ import numpy as np
 import pytest
 
 from ntpref.errors import InputError
-from ntpref.oracle import contract, kinds, manifest, tolerance
+from ntpref import rounding
+from ntpref.oracle import contract, kinds, manifest
+from ntpref.oracle.policies import bound
+from ntpref.tolerance import TINY
 from ntpref.oracle.compare import compare_arrays
 from ntpref.shallow.activation import ACTIVATIONS
 from ntpref.twostage import magnitudes
@@ -36,7 +39,7 @@ def policy(case):
     """The policy's tolerances of a stored case (computed once per test session)."""
     if case not in _TOLS:
         entry, inputs, expected = stored(case)
-        _TOLS[case] = tolerance.default_tolerances(entry["model"], entry["kind"], inputs, expected)
+        _TOLS[case] = bound.bound_tolerances(entry["model"], entry["kind"], inputs, expected)
     return _TOLS[case]
 
 
@@ -160,8 +163,8 @@ NAIVE = {"shallow": naive_shallow, "indrnn": naive_indrnn, "twostage": naive_two
 
 
 def ulp_noise(case_or_inputs, model, kind, expected, k=4.0):
-    """The stored values moved by ±k ulps of each array's problem scale M (tolerance.eval_scales)."""
-    scales = tolerance.eval_scales(model, case_or_inputs, kind)
+    """The stored values moved by ±k ulps of each array's problem scale M (bound.eval_scales)."""
+    scales = bound.eval_scales(model, case_or_inputs, kind)
     rng = np.random.default_rng(7)
     return {n: v + k * U * float(np.max(scales[n][0])) * rng.choice((-1.0, 1.0), size=v.shape)
             for n, v in expected.items()}
@@ -207,24 +210,24 @@ GENERATED = {"shallow_paired": lambda: gen_shallow(1), "shallow_paired_erf_mask"
 # --- the policy's values -------------------------------------------------------------------------
 def test_gamma_and_a_hand_computed_bound():
     """One head, one token, d = 1: every magnitude of the shallow f is a closed form."""
-    assert tolerance.gamma(10) == pytest.approx(10 * U / (1 - 10 * U), rel=1e-15)
+    assert rounding.gamma(10) == pytest.approx(10 * U / (1 - 10 * U), rel=1e-15)
     x, Wv, Uv, c, y, tau = 0.6, -1.3, 0.8, 1.0, 0.25, 1.0
     inputs = {"model": np.array("shallow"), "X": np.array([[[x]]]), "y": np.array([y]), "c": np.array([c]),
               "U": np.array([[Uv]]), "W": np.array([[[Wv]]])}
     s = Uv * x                                               # α = 1: a = x
     R = 1 + 4 * abs(x * Wv * x) / tau
     Mf = abs(math.tanh(s)) + (1 - math.tanh(s) ** 2) * R * abs(Uv * x)
-    K = 2 * 1 + 1 + 2 + 2 * tolerance.TRANSCENDENTAL_ULPS + 1 + 1   # 2 T + d² + 2 d + transcendentals + n + m
-    tols = tolerance.default_tolerances("shallow", "eval", inputs, {"f": None})
-    assert tols["f"]["atol"] == pytest.approx(tolerance.SAFETY * tolerance.gamma(K) * Mf, rel=1e-14)
-    assert tols["f"]["rtol"] == 0.0 and "γ_23" in tols["f"]["reason"]
+    K = 2 * 1 + 1 + 2 + 2 * rounding.TRANSCENDENTAL_ULPS + 1 + 1   # 2 T + d² + 2 d + transcendentals + n + m
+    tols = bound.bound_tolerances("shallow", "eval", inputs, {"f": None})
+    assert tols["f"].atol == pytest.approx(rounding.SAFETY * rounding.gamma(K) * Mf, rel=1e-14)
+    assert tols["f"].rtol == 0.0 and "γ_23" in tols["f"].reason
 
 
 def test_exactly_zero_output_gets_a_problem_scaled_bound():
     """f = 0 exactly at the paired initialisation, yet its tolerance is about 1e-14 of the head sum."""
     entry, inputs, expected = stored("shallow_eval_paired_init")
     assert not np.any(expected["f"])
-    atol = policy("shallow_eval_paired_init")["f"]["atol"]
+    atol = policy("shallow_eval_paired_init")["f"].atol
     scale = np.abs(inputs["c"]) @ np.abs(np.tanh(kinds.intermediates("shallow", "eval", inputs)["head_s"])).T
     assert 1e-16 * scale.max() < atol < 1e-11 * scale.max()
 
@@ -235,21 +238,21 @@ def test_exactly_zero_output_gets_a_problem_scaled_bound():
     (("shallow", "fit"), "kind must be one of eval, train, ntk, got 'fit'")])
 def test_unknown_model_or_kind(bad, message):
     with pytest.raises(InputError, match=message):
-        tolerance.default_tolerances(*bad, {}, {})
+        bound.bound_tolerances(*bad, {}, {})
 
 
 def test_unknown_output_name_and_invalid_input():
     inputs = gen_shallow(1)
     with pytest.raises(InputError, match="array 'logits': not an output of a shallow eval run"):
-        tolerance.default_tolerances("shallow", "eval", inputs, {"f": 0, "logits": 0})
+        bound.bound_tolerances("shallow", "eval", inputs, {"f": 0, "logits": 0})
     with pytest.raises(InputError, match="array 'c'"):
-        tolerance.default_tolerances("shallow", "eval", {**inputs, "c": inputs["c"][:2]}, {"f": 0})
+        bound.bound_tolerances("shallow", "eval", {**inputs, "c": inputs["c"][:2]}, {"f": 0})
 
 
 def test_run_kind():
-    assert tolerance.run_kind(gen_shallow(1)) == "eval"
-    assert tolerance.run_kind({**gen_shallow(1), "eta": np.array(0.1)}) == "train"
-    assert tolerance.run_kind(stored("shallow_ntk_gram")[1]) == "ntk"
+    assert bound.run_kind(gen_shallow(1)) == "eval"
+    assert bound.run_kind({**gen_shallow(1), "eta": np.array(0.1)}) == "train"
+    assert bound.run_kind(stored("shallow_ntk_gram")[1]) == "ntk"
 
 
 # --- every stored case: correct implementations pass, a 1e-6 error fails ---------------------------
@@ -309,10 +312,10 @@ def test_stored_case_relative_error_1e6_fails_in_every_array(case):
         report = compare_arrays(expected, {**expected, name: value * (1 + 1e-6)}, tols)
         if (case, name) in BOUND_WIDE:
             assert report.ok
-            calibrated = reference.calibrated_of(MANIFEST["cases"][case])
+            calibrated = manifest.calibrated_of(MANIFEST["cases"][case])
             assert compare_arrays(expected, {**expected, name: value * (1 + 1e-6)}, calibrated).failures == [name]
         elif (case, name) in UNRESOLVABLE:
-            assert report.ok and 1e-6 * abs(float(value)) < tols[name]["atol"] < 1e-2 * abs(float(value))
+            assert report.ok and 1e-6 * abs(float(value)) < tols[name].atol < 1e-2 * abs(float(value))
             assert abs(float(value)) < 1e-8 < 1.0 < np.abs(contract.evaluate(
                 {**{k: inputs[k] for k in ("model", "tokens", "lengths", "targets", "K", "succ", "W_kq")},
                  "W_ov": expected["W_ov"]})["logits"]).max()
@@ -326,7 +329,7 @@ def test_generated_inputs(which):
     inputs = GENERATED[which]()
     model = str(inputs["model"])
     ours = contract.evaluate(inputs)
-    tols = tolerance.default_tolerances(model, "eval", inputs, ours)
+    tols = bound.bound_tolerances(model, "eval", inputs, ours)
     passes(ours, contract.evaluate(inputs, "numpy"), tols)
     passes(ours, NAIVE[model](inputs), tols)
     passes(ours, ulp_noise(inputs, model, "eval", ours), tols)
@@ -416,8 +419,8 @@ def test_train_from_paired_init_with_index_order_heads_passes(monkeypatch):
 def test_trajectory_bound_grows_with_the_step():
     tols = policy("twostage_train_K20")
     for name in ("stage1_loss", "stage2_loss", "stage2_norm"):
-        assert tols[name]["atol_per_step"] > 0 and "trajectory" in tols[name]["reason"]
-    assert tols["W_ov_star"]["atol"] == pytest.approx(1e-9 * np.abs(stored("twostage_train_K20")[2]["W_ov_star"]).max())
+        assert tols[name].atol_per_step > 0 and "trajectory" in tols[name].reason
+    assert tols["W_ov_star"].atol == pytest.approx(1e-9 * np.abs(stored("twostage_train_K20")[2]["W_ov_star"]).max())
 
 
 # --- the stable direction where the float64 gradient has lost its direction --------------------------
@@ -447,18 +450,18 @@ def test_stable_direction_bound_where_the_naive_gradient_cancels():
     assert np.abs(naive - stable["numba"]).max() > 1e-3                  # the float64 gradient points elsewhere
     rho = magnitudes.stable_accuracy(prep, expected["W_ov"], W_kq0, "kq")
     assert 1.0 < rho < 1e6
-    assert np.linalg.norm(stable["numba"] - stable["numpy"]) <= 4 * tolerance.gamma(sc.count) * rho
+    assert np.linalg.norm(stable["numba"] - stable["numpy"]) <= 4 * rounding.gamma(sc.count) * rho
 
 
 def test_attention_cancellation_tolerances_are_sensible():
     inputs, expected = _attention_cancel()
-    tols = tolerance.default_tolerances("twostage", "train", inputs, expected)
+    tols = bound.bound_tolerances("twostage", "train", inputs, expected)
     largest = np.abs(expected["W_kq"]).max()
-    assert tols["W_kq"]["atol"] < 1e-9 * largest
+    assert tols["W_kq"].atol < 1e-9 * largest
     steps = len(expected["stage2_norm"]) - 1
-    line = tols["stage2_norm"]["atol"] + tols["stage2_norm"]["atol_per_step"] * steps
+    line = tols["stage2_norm"].atol + tols["stage2_norm"].atol_per_step * steps
     assert line < 1e-9 * expected["stage2_norm"].max()
-    assert tols["W_ov"]["atol"] < 1e-9 * np.abs(expected["W_ov"]).max()
+    assert tols["W_ov"].atol < 1e-9 * np.abs(expected["W_ov"]).max()
     passes(expected, contract.train(inputs, "numpy"), tols)
     report = compare_arrays(expected, {**expected, "W_kq": expected["W_kq"] * (1 + 1e-6)}, tols)
     assert report.failures == ["W_kq"], report.table()
@@ -468,7 +471,7 @@ def test_attention_cancellation_tolerances_are_sensible():
 
 def test_attention_cancellation_rounding_every_step_passes_and_a_1e3_error_fails(monkeypatch):
     inputs, expected = _attention_cancel()
-    tols = tolerance.default_tolerances("twostage", "train", inputs, expected)
+    tols = bound.bound_tolerances("twostage", "train", inputs, expected)
     _twostage_direction(monkeypatch, _ulps(np.random.default_rng(5)))
     passes(expected, contract.train(inputs, "numpy"), tols)
     monkeypatch.undo()
@@ -499,9 +502,9 @@ def test_a_bound_that_overflows_float64_says_so_and_a_result_still_matches_itsel
     capsys.readouterr()
     model = str(inputs["model"])
     out = contract.evaluate(inputs)
-    tols = tolerance.default_tolerances(model, "eval", inputs, out)
-    overflowed = [n for n, t in tols.items() if t["reason"].startswith("float64 policy: the rounding bound overflows")]
-    assert overflowed and all(tols[n]["atol"] == np.finfo(np.float64).max for n in overflowed)
+    tols = bound.bound_tolerances(model, "eval", inputs, out)
+    overflowed = [n for n, t in tols.items() if t.reason.startswith("float64 policy: the rounding bound overflows")]
+    assert overflowed and all(tols[n].atol == np.finfo(np.float64).max for n in overflowed)
     bad = {**out, overflowed[0]: np.full_like(out[overflowed[0]], np.inf)}      # non-finite values still fail
     assert not compare_arrays(out, bad, tols).ok
 
@@ -540,13 +543,13 @@ def test_subnormal_inputs_the_backends_round_apart_by_a_few_subnormals_pass(make
             if k in inputs:
                 inputs[k] = inputs[k] * rng.uniform(0.5, 2, inputs[k].shape)
         numba, numpy = contract.evaluate(inputs, "numba"), contract.evaluate(inputs, "numpy")
-        tols = tolerance.default_tolerances(str(inputs["model"]), "eval", inputs, numba, outputs=numba)
+        tols = bound.bound_tolerances(str(inputs["model"]), "eval", inputs, numba, outputs=numba)
         assert compare_arrays(numba, numpy, tols).ok
-        failed_before += not compare_arrays(numba, numpy, {n: {**t, "atol": tolerance.TINY} for n, t in tols.items()}).ok
-        floored = [name for name, tol in tols.items() if tol["atol"] < 1e-300]
+        failed_before += not compare_arrays(numba, numpy, {n: t.replace(atol=TINY) for n, t in tols.items()}).ok
+        floored = [name for name, tol in tols.items() if tol.atol < 1e-300]
         assert {"f", "grad_c"} <= set(floored), tols
         for name in floored:          # a floor of subnormal size: 1e-300 off is far outside
-            assert tols[name]["atol"] < 1e-319, (name, tols[name])
+            assert tols[name].atol < 1e-319, (name, tols[name])
             bumped = {**numba, name: numba[name] + 1e-300}
             assert not compare_arrays(numba, bumped, tols).ok, name
     assert failed_before or not rounds_apart, "a floor of one subnormal passed every seed: the case is lost"
@@ -576,11 +579,11 @@ def test_a_naive_walk_onto_a_plateau_passes_both_backends_and_says_where_float64
     inputs = _plateau_input()
     numba, numpy = contract.train(inputs, "numba"), contract.train(inputs, "numpy")
     assert not np.array_equal(numba["W_kq"], numpy["W_kq"])                # the walks differ
-    tols = tolerance.default_tolerances("twostage", "train", inputs, numba, outputs=numba)
+    tols = bound.bound_tolerances("twostage", "train", inputs, numba, outputs=numba)
     assert compare_arrays(numba, numpy, tols).ok
     for name in ("stage2_loss", "stage2_norm", "stage2_corr"):
-        assert tols[name]["head"]["n"] == 8 and "a loss plateau" in tols[name]["reason"]
-    assert "from stage-2 step 7 float64 determines the gradient's direction to less than 1e-08" in tols["W_kq"]["reason"]
+        assert tols[name].head.n == 8 and "a loss plateau" in tols[name].reason
+    assert "from stage-2 step 7 float64 determines the gradient's direction to less than 1e-08" in tols["W_kq"].reason
     early = {**numpy, "stage2_norm": numpy["stage2_norm"] * np.where(np.arange(56) == 3, 1 + 1e-6, 1.0)}
     assert not compare_arrays(numba, early, tols).ok                       # before the plateau the run is checked
 
@@ -590,4 +593,4 @@ def test_a_determined_naive_run_gets_no_plateau_bound():
 
     case = next(c for c in random_cases(["twostage"], 3, 0) if c.kind == "train")
     assert str(case.inputs["direction"]) == "naive"
-    assert all("head" not in t for t in case.tolerances("float64", "bound").values())
+    assert all(t.head is None for t in case.tolerances("float64", "bound").values())

@@ -2,10 +2,9 @@
 
 A :class:`Case` is one ``ntpref eval`` or ``ntpref train`` input of one model. Its expected outputs
 are the stored ``expected.npz`` (stored cases, checked against the manifest's hashes) or the
-oracle's outputs computed on the spot (random cases); its tolerances are those of a policy at a precision:
-the calibrated ones (:mod:`ntpref.oracle.calibrated`, float64 and float32) by default, or the running error
-bound (float64, :func:`ntpref.oracle.tolerance.default_tolerances`) and the float32 envelope
-(:func:`ntpref.oracle.envelope.float32_tolerances`). Everything is computed on first use and kept.
+oracle's outputs computed on the spot (random cases); its tolerances are those of a policy at a precision
+(:func:`ntpref.oracle.policies.case_tolerances`): the calibrated ones by default, or the running error bound
+(float64) and the float32 envelope. Everything is computed on first use and kept.
 
 The float64 tolerances of a stored case are those recorded in its manifest, the running bound's and, once
 ``ntpref certify --record`` has measured them, the calibrated ones; a random case's calibrated tolerances
@@ -29,31 +28,19 @@ import numpy as np
 from ..checks import as_scalar
 from ..errors import InputError
 from ..models import NAMES, SPECS, check_models
+from ..spec import ModelSpec
+from ..tolerance import Tolerance
+from .contract import oracle_outputs
+from .manifest import calibrated_of, check_file, default_root, load_cases, tolerances_of
+from .policies import case_tolerances, check_policy
+from .policies.calibrated import calibrated_tolerances
+from .policies.envelope import measured
 
 KINDS = ("eval", "train")
-PRECISIONS = ("float64", "float32")
-#: The tolerance policies: "bound", the running error bound in float64 (docs/tolerance.md) and the float32
-#: envelope in float32 (:mod:`ntpref.oracle.envelope`); "calibrated", the calibrated tolerances of either
-#: precision (:mod:`ntpref.oracle.calibrated`).
-POLICIES = ("bound", "calibrated")
-#: The policy of a check that names none.
-DEFAULT_POLICY = "calibrated"
 #: Random cases per model when not given: enough for every regime of every model.
 DEFAULT_RANDOM = max(len(spec.regimes) for spec in SPECS.values())
 #: Per-step logs among the train outputs of every model (axis 0 = step).
 TRAJECTORIES = frozenset(name for spec in SPECS.values() for name in spec.trajectories)
-
-
-def check_policy(precision: str, policy: str | None = None) -> str:
-    """The tolerance policy ``policy`` stands for at ``precision`` (one of :data:`PRECISIONS`): None is the
-    default, :data:`DEFAULT_POLICY`. InputError for another precision or a policy not in :data:`POLICIES`."""
-    if precision not in PRECISIONS:
-        raise InputError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
-    if policy is None:
-        return DEFAULT_POLICY
-    if policy not in POLICIES:
-        raise InputError(f"policy must be one of {', '.join(POLICIES)}, got {policy!r}")
-    return policy
 
 
 class Case:
@@ -64,11 +51,11 @@ class Case:
     ``calibrated``: its recorded calibrated tolerances, if any."""
 
     def __init__(self, id: str, model: str, kind: str, source: str, description: str,
-                 load: Callable[[], tuple[dict, dict | None]], recorded: dict[str, dict] | None = None,
-                 calibrated: dict[str, dict] | None = None):
+                 load: Callable[[], tuple[dict, dict | None]], recorded: dict[str, Tolerance] | None = None,
+                 calibrated: dict[str, Tolerance] | None = None):
         self.id, self.model, self.kind, self.source, self.description = id, model, kind, source, description
         self._load = load
-        self._tolerances: dict[tuple[str, str], dict] = {}     # (precision, policy) → tolerances
+        self._tolerances: dict[tuple[str, str], dict[str, Tolerance]] = {}     # (precision, policy) → tolerances
         if recorded is not None:
             self._tolerances[("float64", "bound")] = recorded
         if calibrated is not None:
@@ -76,6 +63,11 @@ class Case:
 
     def __repr__(self) -> str:
         return f"Case({self.id!r})"
+
+    @property
+    def spec(self) -> ModelSpec:
+        """The model's specification (:mod:`ntpref.models`)."""
+        return SPECS[self.model]
 
     @cached_property
     def _data(self) -> tuple[dict, dict | None]:
@@ -90,57 +82,30 @@ class Case:
     def expected(self) -> dict[str, np.ndarray]:
         """The oracle's outputs and the intermediates its model keeps (``contract.oracle_outputs``): the
         stored expected.npz and intermediates.npz, or computed now (random cases)."""
-        from .contract import oracle_outputs
-
         stored = self._data[1]
         return stored if stored is not None else oracle_outputs(self.kind, self.inputs)
 
-    def tolerances(self, precision: str = "float64", policy: str | None = None) -> dict[str, dict]:
-        """name → tolerance of every expected array under ``policy`` at ``precision`` (:func:`check_policy`):
-        "calibrated" (the default, :mod:`ntpref.oracle.calibrated`), in float64 recorded with a stored case or
-        measured by one run of the exact backend, in float32 scaled from float64's; "bound", the running error
-        bound in float64 and the float32 envelope in float32."""
+    def tolerances(self, precision: str = "float64", policy: str | None = None) -> dict[str, Tolerance]:
+        """name → tolerance of every expected array under ``policy`` at ``precision``
+        (:func:`ntpref.oracle.policies.case_tolerances`), computed once: "calibrated" (the default), in float64
+        recorded with a stored case or measured by one run of the exact backend, in float32 scaled from
+        float64's; "bound", the running error bound in float64 (recorded with a stored case) and the float32
+        envelope in float32."""
         key = (precision, check_policy(precision, policy))
         if key not in self._tolerances:
-            if key == ("float64", "calibrated"):
-                from .exactness import exact_backend
-
-                self.calibrate(exact_backend().compute(self.kind, self.inputs, as_float=False))
-            elif key == ("float64", "bound"):
-                from .tolerance import default_tolerances
-
-                outputs = self.expected if self.source == "random" else None   # computed by the oracle here
-                self._tolerances[key] = default_tolerances(self.model, self.kind, self.inputs, self.expected,
-                                                           outputs=outputs)
-            elif key == ("float32", "bound"):
-                from .envelope import float32_tolerances
-
-                diagnostics = set(SPECS[self.model].diagnostics) & set(self.expected)   # their float64 bound is added
-                certified = self.tolerances("float64", "bound") if diagnostics else {}
-                self._tolerances[key] = float32_tolerances(self.kind, self.inputs, self.expected, certified,
-                                                           self._float32_terms)
-            else:
-                from .calibrated import float32_tolerances
-
-                self._tolerances[key] = float32_tolerances(
-                    self.model, self.kind, self.expected, self.tolerances("float64", "calibrated"),
-                    self.tolerances("float64", "bound"), self.tolerances("float32", "bound"), self._float32_terms[0])
+            self._tolerances[key] = case_tolerances(self, *key)
         return self._tolerances[key]
 
     @cached_property
-    def _float32_terms(self) -> tuple[dict, dict]:
-        """The float32 envelope's measured terms (:func:`ntpref.oracle.envelope.measured`)."""
-        from .contract import model_of
-        from .envelope import measured
+    def float32_terms(self) -> tuple[dict, dict]:
+        """The float32 envelope's measured terms (:func:`ntpref.oracle.policies.envelope.measured`), which both
+        float32 policies read."""
+        return measured(self.spec, self.kind, self.inputs, self.expected)
 
-        return measured(model_of(self.inputs), self.kind, self.inputs, self.expected)
-
-    def calibrate(self, exact_values: dict[str, np.ndarray]) -> dict[str, dict]:
-        """The calibrated float64 tolerances (:func:`ntpref.oracle.calibrated.calibrated_tolerances`) from
-        ``exact_values``, the exact backend's outputs (object arrays of mpf) of this case's input, kept as the
-        case's; returned."""
-        from .calibrated import calibrated_tolerances
-
+    def calibrate(self, exact_values: dict[str, np.ndarray]) -> dict[str, Tolerance]:
+        """The calibrated float64 tolerances (:func:`ntpref.oracle.policies.calibrated.calibrated_tolerances`)
+        from ``exact_values``, the exact backend's outputs (object arrays of mpf) of this case's input, kept as
+        the case's; returned."""
         key = ("float64", "calibrated")
         self._tolerances[key] = calibrated_tolerances(self.model, self.kind, self.expected, exact_values,
                                                       self.tolerances("float64", "bound"))
@@ -156,8 +121,6 @@ def stored_cases(models: Iterable[str] | None = None, root: str | os.PathLike | 
     root: a reference directory (default :func:`ntpref.oracle.manifest.default_root`); one without cases
     is an InputError, as for ``ntpref verify``. A file that does not match the manifest is an InputError
     naming the case, the file and the array."""
-    from .manifest import calibrated_of, default_root, load_cases, tolerances_of
-
     models = check_models(models)
     root = Path(root if root is not None else default_root())
     manifest = load_cases(root)
@@ -171,8 +134,6 @@ def stored_cases(models: Iterable[str] | None = None, root: str | os.PathLike | 
 
 def _stored_loader(root: Path, name: str, entry: dict) -> Callable[[], tuple[dict, dict]]:
     def load():
-        from .manifest import check_file
-
         files = {}
         for filename in ("input.npz", "expected.npz", "intermediates.npz"):
             if filename not in entry["files"]:

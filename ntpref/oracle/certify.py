@@ -11,7 +11,7 @@ and Q the multiprecision one (unrounded), elementwise
 
 where t is the element's index along axis 0 (the step of a trajectory) and the tolerance dict is the
 case's running error bound (``case.tolerances("float64", "bound")``, docs/tolerance.md), applied by
-:func:`ntpref.oracle.compare.element_bounds`, the bound ``ntpref compare`` applies. Per array it reports
+:meth:`ntpref.tolerance.Tolerance.element_bounds`, the bound ``ntpref compare`` applies. Per array it reports
 
     err = max_k err_k,   units = err / (u · max|Q|)  (u = 2⁻⁵³),   ratio = max_k err_k / bound_k
 
@@ -43,7 +43,7 @@ import math
 import signal
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from contextlib import contextmanager
 from typing import NamedTuple
 
@@ -53,12 +53,13 @@ from ..checks import check_backend, did_you_mean, integer_at_least, positive_arg
 from ..errors import InputError
 from ..progress import Progress
 from ..rounding import U
+from ..tolerance import Tolerance
 from .cases import DEFAULT_RANDOM, TRAJECTORIES, Case, random_cases, stored_cases
 from .cases import KINDS as CASE_KINDS
-from .compare import check_tolerance, element_bounds
 from .exactness import differences, exact_backend
 from .kinds import KINDS, compute, intermediates
 from .manifest import default_root, record_certified
+from .policies.bound import bound_tolerances
 
 _NOT_COMPUTED = "not computed by the exact backend"
 #: Seconds between two progress lines of a running case.
@@ -225,14 +226,14 @@ class Report(list):
         return "\n".join([line for result in self for line in result.lines(width)] + [self.summary()])
 
 
-def measure(actual: np.ndarray, exact_values: np.ndarray, tol: Mapping) -> tuple[float, float, float, float, tuple]:
+def measure(actual: np.ndarray, exact_values: np.ndarray, tol: Tolerance) -> tuple[float, float, float, float, tuple]:
     """(err, scale, ratio, bound, at) of a float64 array against an object array of mpf of the same shape
-    under the tolerance dict ``tol`` (module docstring); the differences are formed from the unrounded mpf
-    values, the bounds by :func:`~ntpref.oracle.compare.element_bounds` from the exact values rounded to
+    under the tolerance ``tol`` (module docstring); the differences are formed from the unrounded mpf
+    values, the bounds by :meth:`~ntpref.tolerance.Tolerance.element_bounds` from the exact values rounded to
     float64."""
     diff, rounded = differences(actual, exact_values)
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
-        bound = element_bounds(rounded, check_tolerance("tolerance", tol))
+        bound = tol.element_bounds(rounded)
         ratio = np.where(diff == 0, 0.0, np.where(bound > 0, diff / bound, np.inf))
     k = int(np.argmax(ratio)) if ratio.size else 0
     at = tuple(int(i) for i in np.unravel_index(k, ratio.shape)) if ratio.ndim else ()
@@ -255,15 +256,13 @@ def truncated(case: Case, steps: int) -> Case:
                 f"{case.description} (at most {steps} updates per stage)", lambda: (inputs, None))
 
 
-def _tolerances(case: Case, names: list[str]) -> dict[str, dict]:
+def _tolerances(case: Case, names: list[str]) -> dict[str, Tolerance]:
     """The case's float64 tolerance of every name: its recorded or computed ones, and for an intermediate it
     lacks (a random eval case has none stored) the policy's."""
-    from .tolerance import default_tolerances
-
     tols = dict(case.tolerances("float64", "bound"))
     missing = [n for n in names if n not in tols]
     if missing:
-        tols.update(default_tolerances(case.model, case.kind, case.inputs, dict.fromkeys(missing)))
+        tols.update(bound_tolerances(case.model, case.kind, case.inputs, dict.fromkeys(missing)))
     return tols
 
 

@@ -13,7 +13,8 @@ from ..models import NAMES
 from ..npzio import atomic_write, check_output
 from ..shipped import ADAPTERS, adapter_path
 from .adapters import FUNCTIONS, AdapterError, load_adapter
-from .cases import DEFAULT_RANDOM, KINDS, POLICIES, PRECISIONS, check_policy
+from .cases import DEFAULT_RANDOM, KINDS
+from .policies import DESCRIPTIONS, POLICIES, PRECISIONS, check_policy
 from .command_adapter import DEFAULT_TIMEOUT, NOT_IMPLEMENTED, CommandAdapter
 from .conformance import run
 from .report import table_text
@@ -48,14 +49,11 @@ def _handle(args) -> int:
             args.command_line, DEFAULT_TIMEOUT if args.timeout is None else args.timeout))
         defined = [FUNCTIONS[k] for k in FUNCTIONS if adapter.function(k) and args.kind in (None, k)]
         args.policy = check_policy(args.precision, args.policy)     # before the header, not at the first case
-        policy = {("float64", "calibrated"): "calibrated float64 tolerances (docs/tolerance.md)",
-                  ("float64", "bound"): "float64 running error bound (docs/tolerance.md)",
-                  ("float32", "calibrated"): "calibrated float32 tolerances (docs/conformance.md)",
-                  ("float32", "bound"): "float32 envelope (docs/conformance.md)"}[args.precision, args.policy]
+        policy = DESCRIPTIONS[args.precision, args.policy]
         print(f"conformance of {adapter.name} ({', '.join(defined)}) under the {policy}; random cases from seed {args.seed}")
         reports = run(adapter, args.model, args.random, args.seed, args.precision, not args.no_stored, args.root,
                       progress=lambda r: print(r.summary(), flush=True), skip_outputs=args.skip_output,
-                      kind=args.kind, policy=args.policy)
+                      kind=args.kind, policy=args.policy, accept_unchecked=args.accept_unchecked)
     except AdapterError as exc:
         if exc.__cause__ is not None:
             print(_adapter_traceback(exc.__cause__), end="", file=sys.stderr)
@@ -77,12 +75,15 @@ def _handle(args) -> int:
 
 def register(subparsers) -> None:
     """Add ``ntpref conformance (ADAPTER.py | --command CMD [--timeout S]) [--model ...] [--kind K] [--random N]
-    [--seed S] [--precision ...] [--policy ...] [--skip-output NAME ...] [--json F] [-v]``."""
+    [--seed S] [--precision ...] [--policy ...] [--skip-output NAME ...] [--accept-unchecked NAME ...] [--json F]
+    [-v]``."""
     text = ("check an implementation (an adapter file defining evaluate and/or train, or a command in any "
             "language) against the oracle")
     p = subparsers.add_parser("conformance", help=text, description=text + " on every stored eval/train case and "
                               "fresh random cases covering the options and edge regimes (docs/conformance.md). "
-                              "Exit 0 all pass, 1 a case failed or a required output was never compared, "
+                              "Exit 0 all pass, 1 a case failed, a required output was never compared or an "
+                              "output was unchecked on every case (its tolerance admits every value) without "
+                              "--accept-unchecked, "
                               "2 adapter or usage error.")
     p.add_argument("adapter", metavar="ADAPTER.py", nargs="?",
                    help="defines evaluate(model, inputs) and/or train(model, inputs) returning dicts of arrays")
@@ -114,6 +115,9 @@ def register(subparsers) -> None:
     p.add_argument("--root", metavar="DIR", help="reference directory of the stored cases (default: as ntpref verify)")
     p.add_argument("--skip-output", action="append", default=[], metavar="NAME",
                    help="accept that no case returns this output (an eval or train output; repeatable)")
+    p.add_argument("--accept-unchecked", action="append", default=[], metavar="NAME",
+                   help="accept that this output is unchecked on every case that compares it: its tolerance admits every "
+                        "value (it is at or above the array's own scale; docs/tolerance.md); repeatable")
     p.add_argument("--json", metavar="REPORT.json", help="also write the report as JSON")
     p.add_argument("-v", "--verbose", action="store_true", help="every array's row (default: failures only)")
     p.set_defaults(func=_handle)

@@ -1,19 +1,12 @@
 """Array-by-array comparison of two result sets (``ntpref compare``, docs/contract.md).
 
-A **tolerance** is a plain dict (JSON-friendly, stored per array in ``reference_runs/manifest.json``)::
-
-    {"rtol": float, "atol": float, "atol_max_scale": float, "atol_per_step": float, "reason": str,
-     "head": {"n": int, "rtol": float, "atol": float, "atol_max_scale": float, "atol_per_step": float}}
-    # every key optional; missing bounds are 0
-
-An element at row t (its index along axis 0; t = 0 for a 0-d array) passes when
+Each array is compared under a :class:`ntpref.tolerance.Tolerance` (its bound on every element, its head,
+its JSON form: docs/tolerance.md); a plain mapping in that JSON form is read as one. An element at row t
+passes when
 
     |actual - expected| <= atol + atol_per_step * t + atol_max_scale * max|expected| + rtol * |expected|
 
-(``max|expected|`` over the whole array). ``atol_per_step`` lets a bound grow along a trajectory,
-e.g. the float64 policy of :mod:`ntpref.oracle.tolerance` (docs/tolerance.md). All bounds 0 means
-*exact*: the same values (equal numbers, and zeros of the same sign). The optional ``head``
-applies its own bounds to the first ``n`` rows; the main bounds cover the rest.
+All bounds 0 means *exact*: the same values (equal numbers, and zeros of the same sign).
 
 What decides a verdict is values, never storage: arrays are compared in native byte order, and
 dtypes only matter through their *category* and precision:
@@ -30,8 +23,9 @@ dtypes only matter through their *category* and precision:
   entry; against another dtype it fails;
 * any other pairing (float against int, ...) fails, as does a shape mismatch.
 
-NaN or an infinity anywhere in a floating-point array, expected or actual, fails that array
-("expected holds NaN at index (3,)"): no result of the oracle is ever non-finite.
+NaN or an infinity anywhere in a floating-point array, expected or actual, fails that array, and its row
+says only that ("non-finite: expected holds NaN at index (3,) (2 non-finite entries)": no error, no err/tol):
+no result of the oracle is ever non-finite.
 """
 from __future__ import annotations
 
@@ -45,107 +39,16 @@ import numpy as np
 from ..checks import did_you_mean, require_mapping
 from ..errors import InputError
 from ..jsonio import load_json
+from ..npzio import load_npz
+from ..tolerance import EXACT, KEYS, Tolerance
+from .contract import model_of
+from .policies.bound import bound_tolerances, run_kind
+from .policies.defaults import FRAMEWORK_FLOAT64, given_bounds
 
-_BOUND_KEYS = ("rtol", "atol", "atol_max_scale", "atol_per_step")
-_KEYS = _BOUND_KEYS + ("reason", "head")
-
-#: Used by ``ntpref compare`` when neither tolerances nor an input file are given: another float64
-#: framework on one evaluation (docs/contract.md, "Tolerances"). It scales with the array's own
-#: values, so an output that is exactly zero in exact arithmetic needs ``--input`` (the float64 policy).
-FRAMEWORK_FLOAT64 = {"rtol": 1e-10, "atol": 0.0, "atol_max_scale": 1e-12,
-                     "reason": "another float64 framework on one evaluation (default without --input)"}
-#: The same values.
-EXACT = {"rtol": 0.0, "atol": 0.0, "atol_max_scale": 0.0, "reason": "exact"}
-
-
-def tolerance(rtol: float = 0.0, atol: float = 0.0, atol_max_scale: float = 0.0, reason: str = "",
-              head: Mapping | None = None, atol_per_step: float = 0.0) -> dict:
-    """A validated tolerance dict (see the module docstring); all zeros means exact."""
-    return check_tolerance("tolerance", {"rtol": rtol, "atol": atol, "atol_max_scale": atol_max_scale,
-                                         "atol_per_step": atol_per_step, "reason": reason,
-                                         **({"head": dict(head)} if head is not None else {})})
-
-
-def _bounds(what: str, spec: Mapping, keys: Iterable[str]) -> dict:
-    out = {}
-    for key in keys:
-        value = spec.get(key, 0.0)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-            raise InputError(f"{what}: '{key}' must be a finite number >= 0, got {value!r}")
-        out[key] = float(value)
-    return out
-
-
-def check_tolerance(what: str, spec) -> dict:
-    """Validate a tolerance given as a mapping (e.g. read from JSON); missing bounds default to 0.
-
-    Raises InputError naming ``what`` on unknown keys, negative or non-finite bounds, a bad ``head``.
-    """
-    if not isinstance(spec, Mapping):
-        raise InputError(f"{what}: a tolerance must be an object with keys {', '.join(_KEYS)}, got {spec!r}")
-    unknown = sorted(set(spec) - set(_KEYS))
-    if unknown:
-        raise InputError(f"{what}: unknown tolerance key '{unknown[0]}'; allowed: {', '.join(_KEYS)}")
-    out = _bounds(what, spec, _BOUND_KEYS)
-    reason = spec.get("reason", "")
-    if not isinstance(reason, str):
-        raise InputError(f"{what}: 'reason' must be a string")
-    out["reason"] = reason
-    if spec.get("head") is not None:
-        head = spec["head"]
-        if not isinstance(head, Mapping) or set(head) - {"n", *_BOUND_KEYS}:
-            raise InputError(f"{what}: 'head' must be an object with keys n, {', '.join(_BOUND_KEYS)}")
-        n = head.get("n")
-        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
-            raise InputError(f"{what}: head 'n' must be an integer >= 0, got {n!r}")
-        out["head"] = {"n": n, **_bounds(f"{what} (head)", head, _BOUND_KEYS)}
-    return out
-
-
-def tolerance_sum(a: Mapping, b: Mapping, reason: str) -> dict:
-    """A validated tolerance whose bound on every element is at least the sum of the bounds of the
-    tolerances ``a`` and ``b`` (validated here): their bounds added key by key; where either has a ``head``, a head on the
-    first max(n) rows whose bounds add each tolerance's larger one, key by key, of its head and main
-    bounds (a bound is linear in its keys with coefficients ≥ 0, so that covers both)."""
-    def larger(tol):
-        head = tol.get("head")
-        return {k: max(tol[k], head[k]) if head else tol[k] for k in _BOUND_KEYS}
-
-    a, b = check_tolerance("tolerance sum", a), check_tolerance("tolerance sum", b)
-    out = {k: a[k] + b[k] for k in _BOUND_KEYS}
-    heads = [tol["head"]["n"] for tol in (a, b) if "head" in tol]
-    if heads:
-        wide_a, wide_b = larger(a), larger(b)
-        out["head"] = {"n": max(heads), **{k: wide_a[k] + wide_b[k] for k in _BOUND_KEYS}}
-    return check_tolerance("tolerance sum", {**out, "reason": reason})
-
-
-def _is_exact(bounds: Mapping) -> bool:
-    return all(bounds[k] == 0.0 for k in _BOUND_KEYS)
-
-
-def _bounds_text(b: Mapping) -> str:
-    """The bounds as text; an atol of the smallest subnormal (the policy's floor: only -0.0 and 0.0 agree
-    beyond the other bounds) shows as no atol, and bounds of that alone as "exact"."""
-    tiny = float(np.finfo(np.float64).smallest_subnormal)
-    if _is_exact(b) or (b["atol"] == tiny and not any(b[k] for k in _BOUND_KEYS if k != "atol")):
-        return "exact"
-    parts = [f"rtol {b['rtol']:.0e}"] if b["rtol"] else []
-    if b["atol"] and b["atol"] != tiny:
-        parts.append(f"atol {b['atol']:.0e}")
-    if b["atol_per_step"]:
-        parts.append(f"+{b['atol_per_step']:.0e}·t")
-    if b["atol_max_scale"]:
-        parts.append(f"atol {b['atol_max_scale']:.0e}·max")
-    return " ".join(parts)
-
-
-def tolerance_text(tol: Mapping) -> str:
-    """Short human form of a tolerance, e.g. ``rtol 1e-12 atol 1e-14·max``, ``atol 3e-15 +2e-17·t`` or ``exact``."""
-    if "head" in tol:
-        h = tol["head"]
-        return f"[:{h['n']}] {_bounds_text(h)}; rest {_bounds_text(tol)}"
-    return _bounds_text(tol)
+def as_tolerance(what: str, tol) -> Tolerance:
+    """``tol`` as a :class:`~ntpref.tolerance.Tolerance`: itself, or a mapping in its JSON form, validated
+    (InputError naming ``what``)."""
+    return Tolerance.from_json(what, tol)
 
 
 def _fmt(x: float | None) -> str:
@@ -255,33 +158,10 @@ def _finite_scale(flat: np.ndarray) -> float:
     return top
 
 
-def _flat_bounds(mag: np.ndarray, t: np.ndarray, scale: float, tol: Mapping, head: bool) -> np.ndarray:
-    """atol + atol_per_step·t + atol_max_scale·scale + rtol·mag for entries at rows t (the head's bounds on
-    rows t < n when ``head``)."""
-    def bound(b):
-        return b["atol"] + b["atol_per_step"] * t + b["atol_max_scale"] * scale + b["rtol"] * mag
-
-    out = bound(tol)
-    if head and "head" in tol:
-        out = np.where(t < tol["head"]["n"], bound(tol["head"]), out)
-    return out
-
-
 def _rows(e: np.ndarray, part: slice, dtype) -> np.ndarray:
     """The row (index along axis 0) of each flat entry of ``part`` of an array shaped like ``e``."""
     per_row = int(np.prod(e.shape[1:], dtype=np.int64)) if e.ndim else 1
     return (np.arange(part.start, part.stop) // max(per_row, 1)).astype(dtype)
-
-
-def element_bounds(e: np.ndarray, tol: Mapping) -> np.ndarray:
-    """The bound every element of an array must meet against the expected array ``e``, the same shape:
-    atol + atol_per_step·t + atol_max_scale·max|e| + rtol·|e| (t: the element's index along axis 0; head
-    bounds on the first n rows), in e's dtype. ``tol`` is a validated tolerance (:func:`check_tolerance`)."""
-    flat = e.reshape(-1)
-    t = _rows(e, slice(0, flat.size), e.dtype)
-    with np.errstate(all="ignore"):
-        return np.asarray(_flat_bounds(np.abs(flat), t, _finite_scale(flat), tol, e.ndim >= 1),
-                          dtype=e.dtype).reshape(e.shape)
 
 
 class _Scan:
@@ -290,7 +170,7 @@ class _Scan:
     err/bound, and the first non-finite entry of each side. ``bounded``: compare under ``tol``'s bounds;
     otherwise entries must be equal (and zeros of the same sign for floats)."""
 
-    def __init__(self, e: np.ndarray, a: np.ndarray, tol: Mapping, work: np.dtype, bounded: bool):
+    def __init__(self, e: np.ndarray, a: np.ndarray, tol: Tolerance, work: np.dtype, bounded: bool):
         fe, fa = e.reshape(-1), a.reshape(-1)
         floating = work.kind == "f"
         scale = _finite_scale(fe) if bounded and floating else 0.0   # exact in e's own dtype
@@ -315,7 +195,7 @@ class _Scan:
                 diff = np.where(finite, np.abs(ca - ce), 0.0)
                 rel = np.where((diff == 0) | (ce == 0), 0.0, diff / np.abs(ce))   # relative to 0: undefined
                 if bounded:
-                    allowed = _flat_bounds(np.abs(ce), _rows(e, part, work), scale, tol, e.ndim >= 1)
+                    allowed = tol.bounds(np.abs(ce), _rows(e, part, work), scale, e.ndim >= 1)
                     bad = ~(diff <= allowed)
                     ratio = np.where(diff == 0, 0.0, np.where(allowed > 0, diff / allowed, np.inf))
                     self.ratio = max(self.ratio, float(ratio.max(initial=0.0)))
@@ -372,16 +252,19 @@ def _unravel(flat: int, shape: tuple) -> tuple:
 SHAPE_MAX_ENTRIES = CHUNK
 
 
-def error_shape(e: np.ndarray, a: np.ndarray, tol: Mapping, labels: tuple[str, str] = ("expected", "actual")) -> str:
+def error_shape(e: np.ndarray, a: np.ndarray, tol: Tolerance, labels: tuple[str, str] = ("expected", "actual")) -> str:
     """The shape of the error of a finite float array ``a`` that fails its bound against ``e`` (same shape),
     when it has one that explains all of it: ``a`` is 0 everywhere, or meets the bound ``tol`` against
     −e (a sign), c·e with c = ⟨a, e⟩/⟨e, e⟩ (a scale, such as 1/√m for a 1/m; not for a single number, which
     is a multiple of any other), or e with its last two axes swapped (a transpose of square blocks, e.g.
     W [m, d, d]). The report's text for it ("actual = −expected (a sign)"), or "" when none fits or the
-    array has more than :data:`SHAPE_MAX_ENTRIES` entries."""
+    array has more than :data:`SHAPE_MAX_ENTRIES` entries. A single number other than 0 and −expected gets its
+    ratio instead ("actual/expected = 12": a sum for a mean over 12)."""
     mine, theirs = labels[1], labels[0]
     if not 0 < e.size <= SHAPE_MAX_ENTRIES:
         return ""
+    if e.size == 1 and np.any(a) and np.any(e) and not np.all(a == -e):    # one number: any other is a multiple
+        return f"{mine}/{theirs} = {float(a.reshape(-1)[0]) / float(e.reshape(-1)[0]):.6g}"   # of it: the ratio
     if not np.any(a):
         return f"{mine} is 0 everywhere" if np.any(e) else ""
     work = np.result_type(e.dtype, a.dtype)
@@ -405,13 +288,13 @@ def error_shape(e: np.ndarray, a: np.ndarray, tol: Mapping, labels: tuple[str, s
     return ""
 
 
-def compare_one(name: str, expected: np.ndarray, actual: np.ndarray, tol: Mapping,
+def compare_one(name: str, expected: np.ndarray, actual: np.ndarray, tol: Tolerance | Mapping,
                 labels: tuple[str, str] = ("expected", "actual")) -> Row:
-    """Compare one pair of arrays under ``tol`` (a dict as in :func:`tolerance`); see the module docstring.
+    """Compare one pair of arrays under ``tol`` (:func:`as_tolerance`); see the module docstring.
     Numeric arrays are compared :data:`CHUNK` entries at a time."""
     e, a = _native(np.asarray(expected)), _native(np.asarray(actual))
-    tol = check_tolerance(f"tolerance of '{name}'", tol)
-    text = tolerance_text(tol)
+    tol = as_tolerance(f"tolerance of '{name}'", tol)
+    text = tol.text()
     ce, ca = _category(e.dtype), _category(a.dtype)
     if ce != ca:
         return Row(name, e.shape, None, None, text, False,
@@ -424,7 +307,7 @@ def compare_one(name: str, expected: np.ndarray, actual: np.ndarray, tol: Mappin
     if ce not in ("floating-point", "integer"):
         return _compare_exact(name, e, a, labels)
     integer = ce == "integer"
-    bounded = not integer and not (_is_exact(tol) and "head" not in tol)
+    bounded = not integer and not tol.exact
     scan = _Scan(e, a, tol, np.result_type(e.dtype, a.dtype), bounded)
     max_rel = scan.max_rel if scan.any_nonzero or integer else None
     nonfinite = scan.nonfinite_text(e.shape, labels)
@@ -436,8 +319,10 @@ def compare_one(name: str, expected: np.ndarray, actual: np.ndarray, tol: Mappin
         note += f"; {shape}" if shape else ""
     else:
         note = f"{scan.n_bad} entries differ"
+    if nonfinite:       # what is not finite has no error and no err/tol: say that, and where
+        return Row(name, e.shape, None, None, "exact" if integer else text, False, f"non-finite: {nonfinite}")
     return Row(name, e.shape, scan.max_abs, max_rel, "exact" if integer else text,
-               not nonfinite and not scan.n_bad, nonfinite or note, scan.ratio if bounded else None)
+               not scan.n_bad, note, scan.ratio if bounded else None)
 
 
 def _as_text(x: np.ndarray, label: str) -> np.ndarray | str:
@@ -471,11 +356,12 @@ def _compare_exact(name: str, e: np.ndarray, a: np.ndarray, labels: tuple[str, s
 
 
 def compare_arrays(expected: Mapping[str, np.ndarray], actual: Mapping[str, np.ndarray],
-                   tolerances: Mapping[str, Mapping] | None = None, default: Mapping | None = None,
+                   tolerances: Mapping[str, Tolerance | Mapping] | None = None,
+                   default: Tolerance | Mapping | None = None,
                    names: Iterable[str] | None = None, labels: tuple[str, str] = ("expected", "actual")) -> Report:
     """Compare every array of ``expected`` with the same-named array of ``actual``.
 
-    tolerances: name → tolerance dict; names not listed use ``default`` (exact when None).
+    tolerances: name → tolerance (:func:`as_tolerance`); names not listed use ``default`` (exact when None).
     names: restrict the comparison to these names (a name absent from a side is reported missing).
     labels: how the two sides are called in the report.
     Returns a :class:`Report`; nothing is raised for a failed comparison.
@@ -483,7 +369,7 @@ def compare_arrays(expected: Mapping[str, np.ndarray], actual: Mapping[str, np.n
     require_mapping(labels[0], expected)
     require_mapping(labels[1], actual)
     tolerances = dict(tolerances or {})
-    default = check_tolerance("default tolerance", default) if default is not None else EXACT
+    default = as_tolerance("default tolerance", default) if default is not None else EXACT
     if names is None:
         names = list(expected) + [n for n in actual if n not in expected]
     names = list(names)
@@ -493,12 +379,12 @@ def compare_arrays(expected: Mapping[str, np.ndarray], actual: Mapping[str, np.n
             side = labels[0] if name in expected else labels[1] if name in actual else "neither"
             missing.append(Missing(name, side))
             continue
-        tol = check_tolerance(f"tolerance of '{name}'", tolerances[name]) if name in tolerances else default
+        tol = as_tolerance(f"tolerance of '{name}'", tolerances[name]) if name in tolerances else default
         rows.append(compare_one(name, expected[name], actual[name], tol, labels))
     return Report(rows, missing, labels)
 
 
-def load_tolerances(path, names: list[str] | None = None) -> tuple[dict[str, dict], dict | None]:
+def load_tolerances(path, names: list[str] | None = None) -> tuple[dict[str, Tolerance], Tolerance | None]:
     """Read a tolerance file: ``{NAME: {rtol, atol, atol_max_scale}, "default": {...}}``.
 
     A file with a top-level ``"tolerances"`` object (the ``case.json`` written by ``ntpref export``,
@@ -509,28 +395,24 @@ def load_tolerances(path, names: list[str] | None = None) -> tuple[dict[str, dic
     path = Path(path)
     data = load_json(path, "a JSON tolerance file")
     exported = isinstance(data, Mapping) and isinstance(data.get("tolerances"), Mapping) and not (
-        set(data["tolerances"]) & set(_KEYS))
+        set(data["tolerances"]) & set(KEYS))
     if exported:
         data = data["tolerances"]
     if not isinstance(data, Mapping):
         raise InputError(f"{path}: expected a JSON object mapping array names to tolerances")
-    tols = {name: check_tolerance(f"{path}: '{name}'", spec) for name, spec in data.items()}
+    tols = {name: Tolerance.from_json(f"{path}: '{name}'", spec) for name, spec in data.items()}
     if names is not None and not exported:
         _check_tolerance_names(path, [n for n in tols if n != "default"], names)
     return tols, tols.pop("default", None)
 
 
-def policy_tolerances(input_path, expected: Mapping[str, np.ndarray]) -> dict[str, dict]:
-    """The float64 policy's tolerances (docs/tolerance.md) for the arrays of ``expected``, computed from
+def policy_tolerances(input_path, expected: Mapping[str, np.ndarray]) -> dict[str, Tolerance]:
+    """The running error bound's tolerances (docs/tolerance.md) for the arrays of ``expected``, computed from
     the run's input file (model from its ``model`` array; a train input when it holds ``eta``).
     InputErrors name the file."""
-    from ..npzio import load_npz
-    from .contract import model_of
-    from .tolerance import default_tolerances, run_kind
-
     inputs = load_npz(input_path)
     try:
-        return default_tolerances(model_of(inputs).name, run_kind(inputs), inputs, expected)
+        return bound_tolerances(model_of(inputs).name, run_kind(inputs), inputs, expected)
     except InputError as exc:
         raise InputError(f"{input_path}: {exc}") from None
 
@@ -544,8 +426,6 @@ def _check_tolerance_names(path, tolerances: list[str], names: list[str]) -> Non
 
 
 def _handle(args) -> int:
-    from ..npzio import load_npz
-
     bounds = any(v is not None for v in (args.rtol, args.atol, args.atol_max_scale))
     if sum((bool(args.tolerances), bool(args.input), bounds)) > 1:
         raise InputError("give one of --tolerances, --input or --rtol/--atol/--atol-max-scale")
@@ -558,7 +438,10 @@ def _handle(args) -> int:
         tols = policy_tolerances(args.input, expected)
         print(f"tolerances: float64 policy for {args.input} (docs/tolerance.md)")
     elif bounds:
-        default = tolerance(rtol=args.rtol or 0.0, atol=args.atol or 0.0, atol_max_scale=args.atol_max_scale or 0.0)
+        try:
+            default = given_bounds(rtol=args.rtol or 0.0, atol=args.atol or 0.0, atol_max_scale=args.atol_max_scale or 0.0)
+        except InputError as exc:
+            raise InputError(f"--rtol/--atol/--atol-max-scale: {exc}") from None
     report = compare_arrays(expected, actual, tols, default)
     print(report)
     if not report.ok and not (args.tolerances or args.input or bounds):

@@ -11,11 +11,15 @@ Every case of :mod:`ntpref.oracle.cases` is run through the function of its kind
 arrays are compared with the oracle's outputs under a tolerance policy at a precision: in float64
 (docs/tolerance.md) the calibrated tolerances by default, the running error bound with ``policy="bound"``;
 with ``precision="float32"`` (docs/conformance.md, float32 mode) the calibrated float32 tolerances by
-default, the float32 envelope (:mod:`ntpref.oracle.envelope`) with ``policy="bound"``:
+default, the float32 envelope (:mod:`ntpref.oracle.policies.envelope`) with ``policy="bound"``:
 
 * an array the oracle does not output fails (a misspelt name is never ignored); an output the
-  adapter does not return is listed in its case, not failed; a case whose outputs the adapter returns
-  none of fails;
+  adapter does not return is listed in its case, not failed, unless the adapter returns it on another case
+  of the same model and kind: then the cases that leave it out fail (an adapter that cannot do a case
+  raises ``NotImplementedError``); a case whose outputs the adapter returns none of fails;
+* an array whose tolerance on a case admits every value of its quantity (docs/tolerance.md) is *unchecked*
+  there, never "within tolerance": the case and the verdict count and name it; an output unchecked on every
+  case that compared it fails the run unless it is named in ``accept_unchecked`` (``--accept-unchecked NAME``);
 * a run passes only if every **required** output of its cases was compared in at least one case:
   every output except the :data:`OPTIONAL` diagnostics of the models' specifications (the two-stage
   max-margin solutions ``W_ov_star``, ``W_kq_star`` and the correlations with them, ``stage1_corr``,
@@ -66,36 +70,40 @@ __all__ = ["Adapter", "AdapterError", "CaseError", "CaseReport", "CommandAdapter
            "RunReport", "cases", "check", "load_adapter", "run"]
 
 
-def _check_skips(skip_outputs: Iterable[str], selected: list[Case]) -> None:
-    """InputError for a name of ``skip_outputs`` that no selected case outputs (a misspelt name is never
-    ignored)."""
+def _check_names(option: str, names: Iterable[str], selected: list[Case]) -> None:
+    """InputError for a name of ``names`` (given with ``option``) that no selected case outputs (a misspelt
+    name is never ignored)."""
     outputs = {n for case in selected for n in case.expected}
-    unknown = [n for n in skip_outputs if n not in outputs]
+    unknown = [n for n in names if n not in outputs]
     if unknown:
-        raise InputError(f"--skip-output {unknown[0]}: not an output of the cases run "
+        raise InputError(f"{option} {unknown[0]}: not an output of the cases run "
                          f"({', '.join(sorted(outputs)) or 'none'})")
 
 
 def run(adapter, models=None, random: int = DEFAULT_RANDOM, seed: int = 0, precision: str = "float64",
         stored: bool = True, root=None, progress: Callable[[CaseReport], None] | None = None,
-        skip_outputs: Iterable[str] = (), kind: str | None = None, policy: str | None = None) -> RunReport:
+        skip_outputs: Iterable[str] = (), kind: str | None = None, policy: str | None = None,
+        accept_unchecked: Iterable[str] = ()) -> RunReport:
     """:func:`check` on every case of ``models`` whose kind the adapter defines (and is ``kind``, "eval" or
     "train", when given): the stored cases (of ``root``; none when ``stored`` is False) and ``random``
     random cases per model from ``seed``. ``adapter`` is anything :func:`load_adapter` takes, a
-    :class:`CommandAdapter` included. ``progress`` sees each report as it is made. ``skip_outputs`` names
-    required outputs the run passes without (InputError for a name no case outputs); ``policy``: the float64
-    tolerance policy (:func:`check`)."""
+    :class:`CommandAdapter` included. ``progress`` sees each report as it is made, and again when a later
+    case fails it (:meth:`RunReport.settle`). ``skip_outputs`` names required outputs the run passes without,
+    ``accept_unchecked`` arrays it passes with although their tolerance admitted every value on some case
+    (InputError for a name no case outputs); ``policy``: the tolerance policy (:func:`check`)."""
     if kind is not None and kind not in KINDS:
         raise InputError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
     adapter = load_adapter(adapter)
     selected = [case for case in cases(models, random, seed, stored, root)
                 if adapter.function(case.kind) and kind in (None, case.kind)]
-    skip_outputs = list(skip_outputs)
-    if skip_outputs:
-        _check_skips(skip_outputs, selected)
-    reports = RunReport(skip_outputs=skip_outputs)
+    skip_outputs, accept_unchecked = list(skip_outputs), list(accept_unchecked)
+    _check_names("--skip-output", skip_outputs, selected)
+    _check_names("--accept-unchecked", accept_unchecked, selected)
+    reports = RunReport(skip_outputs=skip_outputs, accept_unchecked=accept_unchecked)
     for case in selected:
         reports.append(check(adapter, case, precision, policy))
+        changed = reports.settle()
         if progress is not None:
-            progress(reports[-1])
+            for report in [reports[-1]] + [r for r in changed if r is not reports[-1]]:
+                progress(report)
     return reports

@@ -1,6 +1,6 @@
 """The exact backend (:mod:`ntpref.exact`) loaded when it is needed, and float64 arrays measured against its
 values: what ``ntpref certify`` (:mod:`ntpref.oracle.certify`) and the calibrated tolerance
-(:mod:`ntpref.oracle.calibrated`) share."""
+(:mod:`ntpref.oracle.policies.calibrated`) share."""
 from __future__ import annotations
 
 import numpy as np

@@ -9,7 +9,7 @@ Every gradient array returned by ``fun`` is checked entry by entry against
 ``(L(x + eps e_k) - L(x - eps e_k)) / (2 eps)``; an entry passes when
 ``|grad - fd| <= atol + rtol * |fd|``. With eps = 1e-6 the truncation error is O(eps^2 |L'''|) ~ 1e-12
 and the rounding error about ulp(L)/eps ~ 2e-10 |L|, hence the default atol 1e-8 (losses of order
-one or less) and rtol 1e-7.
+one or less) and rtol 1e-7 (:func:`ntpref.oracle.policies.defaults.gradcheck_tolerance`).
 
 Command line: ``ntpref gradcheck INPUT.npz [GRADS.npz]`` differentiates our loss of the model in an
 interchange input file (docs/contract.md; twostage, shallow, indrnn) numerically and compares the
@@ -31,7 +31,8 @@ import numpy as np
 
 from ..checks import integer_at_least, positive_argument
 from ..errors import InputError, NtprefError
-from .compare import Report, compare_arrays, tolerance
+from .compare import Report, compare_arrays
+from .policies.defaults import GRADCHECK_ATOL, GRADCHECK_RTOL, gradcheck_tolerance
 
 _GRAD = re.compile(r"grad(\d*)_(.+)")
 
@@ -84,7 +85,7 @@ def _check_max_entries(max_entries) -> int | None:
 
 
 def gradcheck(fun: Callable[..., tuple[float, Mapping[str, np.ndarray]]], inputs: Mapping[str, np.ndarray],
-              eps: float = 1e-6, rtol: float = 1e-7, atol: float = 1e-8, names: Iterable[str] | None = None,
+              eps: float = 1e-6, rtol: float = GRADCHECK_RTOL, atol: float = GRADCHECK_ATOL, names: Iterable[str] | None = None,
               max_entries: int | None = None, seed: int = 0) -> Report:
     """Check the gradients returned by ``fun(**inputs) -> (loss, {name: dloss/dname})``.
 
@@ -129,7 +130,7 @@ def _check(targets: Mapping[str, tuple[Callable[[dict], float], str]], inputs: M
         numeric[name] = fd
         if g is not None:
             actual[name] = np.asarray(g, dtype=np.float64) if g.dtype.kind in "iuf" else g
-    report = compare_arrays(numeric, actual, default=tolerance(rtol=rtol, atol=atol), labels=("finite diff", "given"))
+    report = compare_arrays(numeric, actual, default=gradcheck_tolerance(rtol, atol), labels=("finite diff", "given"))
     report.counts = counts
     return report
 
@@ -182,8 +183,8 @@ def register(subparsers) -> None:
     p.add_argument("input", metavar="INPUT.npz")
     p.add_argument("grads", metavar="GRADS.npz", nargs="?")
     p.add_argument("--eps", type=positive_argument, default=1e-6, help="finite-difference step (default 1e-6)")
-    p.add_argument("--rtol", type=float, default=1e-7, help="relative tolerance (default 1e-7)")
-    p.add_argument("--atol", type=float, default=1e-8, help="absolute tolerance (default 1e-8)")
+    p.add_argument("--rtol", type=float, default=GRADCHECK_RTOL, help=f"relative tolerance (default {GRADCHECK_RTOL:g})")
+    p.add_argument("--atol", type=float, default=GRADCHECK_ATOL, help=f"absolute tolerance (default {GRADCHECK_ATOL:g})")
     p.add_argument("--max-entries", type=integer_at_least(1, " (every array gets at least one entry checked)"), default=None, metavar="N",
                    help="check N >= 1 random entries per array (default all)")
     p.add_argument("--seed", type=integer_at_least(0), default=0, help="seed of the entry sample")

@@ -1,7 +1,7 @@
 """Judging one conformance case (:func:`check`): the adapter run on the case's inputs, its outputs compared
 with the oracle's under the chosen tolerance policy and precision, a failing calibrated array annotated
-with its err/tol under the bound, the failing quantity computed first named, and the arrays a tolerance
-checks only coarsely listed."""
+with its err/tol under the bound, the failing quantity computed first named, and the arrays whose tolerance
+admits every value (unchecked, docs/tolerance.md) set apart."""
 from __future__ import annotations
 
 import time
@@ -10,39 +10,21 @@ from collections.abc import Mapping
 import numpy as np
 
 from ..models import SPECS
+from ..tolerance import Tolerance
 from .adapters import FUNCTIONS, Adapter, AdapterError, adapter_code, load_adapter
-from .cases import TRAJECTORIES, Case, check_policy
+from .cases import TRAJECTORIES, Case
 from .command_adapter import CaseError
-from .compare import Row, check_tolerance, compare_arrays, compare_one, element_bounds
-from .envelope import MULTIPLE as ENVELOPE_MULTIPLE
+from .compare import Row, compare_arrays, compare_one
+from .policies import check_policy
+from .policies.envelope import ENVELOPE_MULTIPLE
 from .report import CaseReport
 
 LABELS = ("oracle", "adapter")
-#: precision → an array whose tolerance admits an error of this fraction of its largest entry, or more, is
-#: checked only coarsely on that case, and the report says so (:func:`coarse_arrays`). In float32 it is the
-#: relative error whose detection docs/tolerance.md measures: a relative 1e-4 in such an array may pass.
-COARSE = {"float64": 1e-2, "float32": 1e-4}
-
-
-def coarse_arrays(expected: Mapping[str, np.ndarray], tols: Mapping[str, Mapping],
-                  precision: str = "float64") -> dict[str, float]:
-    """name → max_k bound_k / max|expected| for the float arrays whose tolerance admits an error of at
-    least :data:`COARSE` ``[precision]`` of their largest entry (bound_k of
-    :func:`ntpref.oracle.compare.element_bounds`): where the arithmetic of the precision cannot resolve the
-    array (float32 in a cancelling regime), a pass says little about it. Arrays that are 0 everywhere are
-    left out."""
-    out = {}
-    for name, tol in tols.items():
-        e = np.asarray(expected.get(name))
-        if e.dtype.kind != "f" or not e.size:
-            continue
-        scale = float(np.max(np.abs(e)))
-        if scale > 0 and np.isfinite(scale):
-            with np.errstate(over="ignore", invalid="ignore"):
-                widest = float(np.max(element_bounds(e, check_tolerance(name, tol)))) / scale
-            if widest >= COARSE[precision]:
-                out[name] = widest
-    return out
+def unchecked_arrays(expected: Mapping[str, np.ndarray], tols: Mapping[str, Tolerance],
+                     rows: list[Row]) -> list[str]:
+    """The compared arrays of ``rows`` that passed under a tolerance admitting every value of their quantity
+    (:meth:`ntpref.tolerance.Tolerance.admits_every_value`): a pass says nothing about them."""
+    return [r.name for r in rows if r.ok and r.ratio is not None and tols[r.name].admits_every_value(expected[r.name])]
 
 
 def _where(adapter: Adapter, case: Case) -> str:
@@ -65,7 +47,7 @@ def _outputs(returned, adapter: Adapter, case: Case, precision: str) -> dict[str
     return out
 
 
-def _first_failing_step(name: str, expected: np.ndarray, actual: np.ndarray, tol: Mapping) -> int:
+def _first_failing_step(name: str, expected: np.ndarray, actual: np.ndarray, tol: Tolerance) -> int:
     """The first step at which a failing per-step log leaves its tolerance: the end of the shortest failing
     prefix, by bisection."""
     lo, hi = 0, len(expected)                   # the prefix of length hi fails, of length lo passes
@@ -96,9 +78,13 @@ def _departure(case: Case, rows: list[Row], expected: Mapping, actual: Mapping,
     return first
 
 
-#: What the "bound" policy is at each precision, as the note of a failing calibrated array names it.
-BOUNDS = {"float64": ("err/bound", "the guaranteed bound"),
-          "float32": (f"err/({ENVELOPE_MULTIPLE:g} envelopes)", "the float32 envelope's tolerance")}
+#: What the "bound" policy is at each precision, as the note of a failing calibrated array names it, and
+#: what an error within it is consistent with.
+BOUNDS = {"float64": ("err/bound", "the guaranteed bound",
+                      "consistent with a correct program that sums in another order, and with a slightly wrong "
+                      "constant (an error of a few rounding units)"),
+          "float32": (f"err/({ENVELOPE_MULTIPLE:g} envelopes)", "the float32 envelope's tolerance",
+                      "consistent with float32 rounding in another order, and with a slightly wrong constant")}
 
 
 def _against_bound(case: Case, precision: str, rows: list[Row], expected: Mapping, actual: Mapping,
@@ -107,14 +93,14 @@ def _against_bound(case: Case, precision: str, rows: list[Row], expected: Mappin
     ``precision``'s "bound" policy: in float64 the running error bound, the guaranteed one (docs/tolerance.md):
     within it, the error is one no analysis rules out for a correct float64 program, however unlikely; beyond
     it, no correct program makes it. In float32 the envelope, the worst case of float32 rounding it measures."""
-    bound, (label, what) = case.tolerances(precision, "bound"), BOUNDS[precision]
+    bound, (label, what, consistent) = case.tolerances(precision, "bound"), BOUNDS[precision]
     out = []
     for r in rows:
-        if not r.ok and r.ratio is not None and (check_tolerance(r.name, tols[r.name])
-                                                 != check_tolerance(r.name, bound[r.name])):   # calibrated
+        if not r.ok and r.ratio is not None and tols[r.name] != bound[r.name]:   # calibrated
             ratio = compare_one(r.name, expected[r.name], actual[r.name], bound[r.name]).ratio
-            verdict = "within" if ratio <= 1 else "beyond"
-            r = r._replace(note=f"{r.note}; {label} {ratio:.1e}: {verdict} {what}")
+            verdict = (f"within {what}: {consistent}" if ratio <= 1 else
+                       f"beyond {what}: no correct program makes this error")
+            r = r._replace(note=f"{r.note}; {label} {ratio:.1e}: {verdict}")
         out.append(r)
     return out
 
@@ -154,6 +140,5 @@ def check(adapter, case: Case, precision: str = "float64", policy: str | None = 
     return CaseReport(case, precision, rows=rows, unknown=[n for n in actual if n not in expected],
                       not_returned=[n for n in expected if n not in actual and n in outputs],
                       departure=_departure(case, rows, expected, actual, tols),
-                      seconds=time.perf_counter() - start,
-                      coarse={n: r for n, r in coarse_arrays(expected, tols, precision).items() if n in names})
+                      seconds=time.perf_counter() - start, unchecked=unchecked_arrays(expected, tols, rows))
 

@@ -23,11 +23,11 @@ environment variable ``NTPREF_REFERENCE_RUNS`` or ``--root DIR`` selects another
 
 SHA-256 of an array is taken over its raw bytes in C order; the file hashes catch a changed byte
 that lies outside every array (zip headers). Tolerances are those of :mod:`ntpref.oracle.compare`,
-set by the float64 policy of :mod:`ntpref.oracle.tolerance` (docs/tolerance.md) whenever a case is
+set by the float64 policy of :mod:`ntpref.oracle.policies.bound` (docs/tolerance.md) whenever a case is
 written. ``bitwise`` (true / false; absent means false) says whether the array is promised bit-identical
 across x86-64 CPUs (docs/contract.md, "Stored reference cases"): the generator declares it, ``regen``
 keeps it. ``certified`` (the oracle's largest error against the exact backend over its tolerance) and
-``calibrated`` (the array's calibrated tolerance, :mod:`ntpref.oracle.calibrated`, or "bound" where it keeps
+``calibrated`` (the array's calibrated tolerance, :mod:`ntpref.oracle.policies.calibrated`, or "bound" where it keeps
 the tolerance above) are written by ``ntpref certify --record`` and dropped when the values or the tolerance
 change. A manifest that is not of this form (bad JSON, a missing key, a wrong type) is an
 InputError naming the file, the case and the key. Unknown keys of the manifest and of a case are
@@ -59,7 +59,7 @@ from ..jsonio import load_json
 from ..models import NAMES
 from ..npzio import atomic_write, load_npz, save_npz
 from ..shipped import shipped_dir
-from .compare import check_tolerance
+from ..tolerance import Tolerance
 from .kinds import KINDS
 from .provenance import provenance
 
@@ -72,7 +72,7 @@ SECTIONS = {"input.npz": "inputs", "expected.npz": "arrays", INTERMEDIATES: "int
 #: The fields of an array's record that describe its bytes: rewritten whenever the array is.
 BYTES_FIELDS = ("shape", "dtype", "sha256")
 #: Every field of an array's record besides its tolerance (whose keys, checked by
-#: :func:`ntpref.oracle.compare.check_tolerance`, are all the others). The fields after :data:`BYTES_FIELDS`
+#: :meth:`ntpref.tolerance.Tolerance.from_json`, are all the others). The fields after :data:`BYTES_FIELDS`
 #: describe the array rather than its bytes; ``regen`` and ``--tolerances-only`` keep them as they are.
 RECORD_FIELDS = BYTES_FIELDS + ("bitwise", "certified", "calibrated")
 #: The fields that describe the array's values under its tolerance (``ntpref certify --record``): kept only
@@ -163,9 +163,9 @@ def _check_records(where: str, section: Mapping, tolerances: bool) -> None:
             if not isinstance(calibrated, Mapping):
                 raise InputError(f"{at}: 'calibrated' must be \"{KEEPS_BOUND}\" or a tolerance object, got "
                                  f"{json.dumps(calibrated)[:60]}")
-            check_tolerance(f"{at} 'calibrated'", calibrated)
+            Tolerance.from_json(f"{at} 'calibrated'", calibrated)
         if tolerances:
-            check_tolerance(at, _tolerance_part(rec))
+            Tolerance.from_json(at, _tolerance_part(rec))
 
 
 def check_manifest(path, manifest) -> None:
@@ -230,23 +230,23 @@ def _tolerance_part(rec: Mapping) -> dict:
     return {k: v for k, v in rec.items() if k not in RECORD_FIELDS}
 
 
-def kept_fields(rec: Mapping, array: np.ndarray, tolerance: Mapping) -> dict:
+def kept_fields(rec: Mapping, array: np.ndarray, tolerance: Tolerance) -> dict:
     """The fields of an array's record that stay when it is rewritten with the values ``array`` and the
     tolerance ``tolerance``: ``bitwise`` always; the :data:`MEASURED_FIELDS` (``certified``, its error /
     tolerance against the exact backend, and ``calibrated``, its calibrated tolerance: :func:`record_certified`)
     only when both are unchanged, since they describe them."""
     kept = {k: rec[k] for k in RECORD_FIELDS[len(BYTES_FIELDS):] if k in rec and k not in MEASURED_FIELDS}
     same_bytes = all(rec.get(k) == v for k, v in _bytes_entry(np.asarray(array)).items())
-    if same_bytes and _tolerance_part(rec) == dict(tolerance):
+    if same_bytes and tolerance_of(rec) == tolerance:
         kept.update({k: rec[k] for k in MEASURED_FIELDS if k in rec})
     return kept
 
 
 def record_certified(root: str | os.PathLike, ratios: Mapping[str, Mapping[str, float]],
-                     calibrated: Mapping[str, Mapping[str, Mapping]] | None = None) -> None:
+                     calibrated: Mapping[str, Mapping[str, Tolerance]] | None = None) -> None:
     """Store what ``ntpref certify --record`` measured in each named array's record: ``certified`` = err/tol
     of the oracle against the exact backend (``ratios``: case → array → ratio) and ``calibrated`` = its
-    calibrated tolerance (:mod:`ntpref.oracle.calibrated`; ``calibrated``: case → array → tolerance dict, the
+    calibrated tolerance (:mod:`ntpref.oracle.policies.calibrated`; ``calibrated``: case → array → tolerance, the
     running bound's own for an array that keeps it, stored as :data:`KEEPS_BOUND`), for stored cases
     certified whole."""
     root, calibrated = Path(root), calibrated or {}
@@ -256,19 +256,19 @@ def record_certified(root: str | os.PathLike, ratios: Mapping[str, Mapping[str, 
             if name in ratios.get(case, {}):
                 rec["certified"] = float(ratios[case][name])
             if name in calibrated.get(case, {}):
-                tol = dict(calibrated[case][name])
-                rec["calibrated"] = KEEPS_BOUND if tol == _tolerance_part(rec) else tol
+                tol = calibrated[case][name]
+                rec["calibrated"] = KEEPS_BOUND if tol == tolerance_of(rec) else tol.to_json()
     save_manifest(root, manifest)
 
 
-def calibrated_of(entry: Mapping) -> dict[str, dict] | None:
+def calibrated_of(entry: Mapping) -> dict[str, Tolerance] | None:
     """name → calibrated tolerance of a manifest case entry (its recorded ``calibrated`` field, the running
     bound where that is :data:`KEEPS_BOUND`), or None unless every array of the case has one."""
     recorded = array_records(entry)
     if not recorded or any("calibrated" not in rec for rec in recorded.values()):
         return None
-    return {n: _tolerance_part(rec) if rec["calibrated"] == KEEPS_BOUND else dict(rec["calibrated"])
-            for n, rec in recorded.items()}
+    return {n: tolerance_of(rec) if rec["calibrated"] == KEEPS_BOUND
+            else Tolerance.from_json(f"calibrated tolerance of '{n}'", rec["calibrated"]) for n, rec in recorded.items()}
 
 
 def certified_text(entry: Mapping) -> str:
@@ -278,7 +278,7 @@ def certified_text(entry: Mapping) -> str:
     return f"{max(values):.1e}" if values else "-"
 
 
-def _checked_entries(arrays: Mapping[str, np.ndarray], tolerances: Mapping[str, Mapping],
+def _checked_entries(arrays: Mapping[str, np.ndarray], tolerances: Mapping[str, Tolerance],
                      fields: Mapping[str, Mapping]) -> dict:
     missing = [n for n in arrays if n not in tolerances]
     if missing:
@@ -288,20 +288,20 @@ def _checked_entries(arrays: Mapping[str, np.ndarray], tolerances: Mapping[str, 
     if unknown:
         raise InputError(f"unknown array record field '{unknown[0]}'; known: {', '.join(known)}")
     return {name: ordered_record(_bytes_entry(np.asarray(a)), fields.get(name, {}),
-                          check_tolerance(f"tolerance of '{name}'", tolerances[name])) for name, a in arrays.items()}
+                          tolerances[name]) for name, a in arrays.items()}
 
 
-def ordered_record(bytes_entry: Mapping, fields: Mapping, tolerance: Mapping) -> dict:
-    """An array's record in the manifest's order: bytes, ``bitwise``, the tolerance, ``certified``,
-    ``calibrated``."""
+def ordered_record(bytes_entry: Mapping, fields: Mapping, tolerance: Tolerance) -> dict:
+    """An array's record in the manifest's order: bytes, ``bitwise``, the tolerance (its JSON form),
+    ``certified``, ``calibrated``."""
     rest = {k: v for k, v in fields.items() if k not in MEASURED_FIELDS}
     measured = {k: fields[k] for k in MEASURED_FIELDS if k in fields}
-    return {**bytes_entry, **rest, **tolerance, **measured}
+    return {**bytes_entry, **rest, **tolerance.to_json(), **measured}
 
 
 def case_entry(model: str, kind: str, description: str, config: Mapping, seed: int,
                inputs: Mapping[str, np.ndarray], expected: Mapping[str, np.ndarray],
-               tolerances: Mapping[str, Mapping], extra: Mapping[str, np.ndarray] | None = None,
+               tolerances: Mapping[str, Tolerance], extra: Mapping[str, np.ndarray] | None = None,
                fields: Mapping[str, Mapping] | None = None) -> dict:
     """The manifest entry of a case (file hashes are added by :func:`write_case`).
 
@@ -363,9 +363,14 @@ def array_records(entry: Mapping) -> dict[str, dict]:
     return {**entry["arrays"], **entry.get("intermediates", {})}
 
 
-def tolerances_of(entry: Mapping) -> dict[str, dict]:
-    """name → tolerance dict of a manifest case entry (expected arrays and intermediates)."""
-    return {n: _tolerance_part(a) for n, a in array_records(entry).items()}
+def tolerance_of(rec: Mapping) -> Tolerance:
+    """The tolerance of an array's record (every key that is not one of :data:`RECORD_FIELDS`)."""
+    return Tolerance.from_json("tolerance", _tolerance_part(rec))
+
+
+def tolerances_of(entry: Mapping) -> dict[str, Tolerance]:
+    """name → tolerance of a manifest case entry (expected arrays and intermediates)."""
+    return {n: tolerance_of(a) for n, a in array_records(entry).items()}
 
 
 

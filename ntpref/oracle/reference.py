@@ -19,12 +19,12 @@ import numpy as np
 from ..errors import ComparisonError, InputError
 from ..npzio import atomic_write_all, load_npz
 from .bits import ArrayBits, bit_distances, bits_summary
-from .compare import Report, check_tolerance, compare_arrays
+from .compare import Report, compare_arrays
 from .kinds import compute, intermediates
 from .manifest import (BYTES_FIELDS, FORMAT_VERSION, array_records, case_entry, check_file, default_root,
                        kept_fields, load_cases, model_problems, ordered_record, refuse_links, save_manifest,
                        select_cases, tolerances_of, write_case)
-from .tolerance import default_tolerances
+from .policies.bound import bound_tolerances
 
 
 class CaseResult(NamedTuple):
@@ -126,7 +126,7 @@ def regen(root: str | os.PathLike | None, case: str, force: bool = False, backen
     Refused (ComparisonError carrying the comparison table) when the stored input no longer matches
     the manifest, or the new values differ from the stored ones beyond the case's tolerances, unless
     ``force``. The rewritten entry's tolerances are the float64 policy's for the input
-    (:func:`ntpref.oracle.tolerance.default_tolerances`); the other fields of each array's record
+    (:func:`ntpref.oracle.policies.bound.bound_tolerances`); the other fields of each array's record
     (:func:`kept_fields`: ``bitwise``) stay. A file whose arrays keep their bits is not rewritten
     (:func:`write_case`). expected.npz is replaced atomically first, then manifest.json; if interrupted
     in between, ``verify`` reports a hash mismatch and rerunning ``regen`` repairs it. InputError, forced or
@@ -155,9 +155,9 @@ def regen(root: str | os.PathLike | None, case: str, force: bool = False, backen
         why = "; ".join(in_problems) if in_problems else report.summary()
         raise ComparisonError(f"regen {case}: refused without --force ({why})\n{report.table()}")
     bits = bit_distances(old, {**new, **extra}, entry)
-    tols = default_tolerances(entry["model"], entry["kind"], inputs, {**new, **extra}, outputs=new, backend=backend)
+    tols = bound_tolerances(entry["model"], entry["kind"], inputs, {**new, **extra}, outputs=new, backend=backend)
     values = {**new, **extra}
-    kept = {n: kept_fields(rec, values[n], check_tolerance(f"tolerance of '{n}'", tols[n]))
+    kept = {n: kept_fields(rec, values[n], tols[n])
             for n, rec in array_records(entry).items() if n in values}
     fresh = case_entry(entry["model"], entry["kind"], entry["description"], entry["config"], entry["seed"],
                        inputs, new, tols, extra, kept)
@@ -176,7 +176,7 @@ def _require_model(root: Path, case: str, entry: Mapping, inputs: Mapping[str, n
 
 def retolerance(root: str | os.PathLike | None, case: str, backend: str = "numba") -> Report:
     """Replace the tolerances recorded for ``case`` by the float64 policy's for its stored input
-    (:func:`ntpref.oracle.tolerance.default_tolerances`), leaving every stored file and hash as it is.
+    (:func:`ntpref.oracle.policies.bound.bound_tolerances`), leaving every stored file and hash as it is.
 
     Refused (ComparisonError) when the stored files do not match the manifest, or when the stored
     expected values no longer agree with a fresh computation under the new tolerances (then the
@@ -197,14 +197,14 @@ def retolerance(root: str | os.PathLike | None, case: str, backend: str = "numba
     if problems:
         raise ComparisonError(f"retolerance {case}: stored files do not match the manifest: " + "; ".join(problems))
     inputs = load_npz(root / case / "input.npz")
-    tols = default_tolerances(entry["model"], entry["kind"], inputs, stored, backend=backend)
+    tols = bound_tolerances(entry["model"], entry["kind"], inputs, stored, backend=backend)
     report = compare_arrays(stored, _outputs(entry, inputs, backend), tols, labels=("stored", "new"))
     if not report.ok:
         raise ComparisonError(f"retolerance {case}: refused, the stored values fail the new tolerances "
                               f"({report.summary()})\n{report.table()}")
     for section in ("arrays", "intermediates"):
         for name, rec in entry.get(section, {}).items():
-            tol = check_tolerance(f"tolerance of '{name}'", tols[name])
+            tol = tols[name]
             entry[section][name] = ordered_record({k: rec[k] for k in BYTES_FIELDS}, kept_fields(rec, stored[name], tol), tol)
     save_manifest(root, manifest)
     return report
@@ -234,7 +234,7 @@ def export(root: str | os.PathLike | None, case: str, outdir: str | os.PathLike)
                       "--tolerances case.json  (or --input input.npz: the same float64 policy, "
                       "computed from the input)") if entry["kind"] != "ntk" else
                      "kind ntk: gram = ntpref.shallow.ntk.ntk_gram(X, c, U, W, ...); compare with expected.npz",
-            "tolerances": tolerances_of(entry)}
+            "tolerances": {n: t.to_json() for n, t in tolerances_of(entry).items()}}
     contents = {outdir / f: (root / case / f).read_bytes() for f in entry["files"]}
     contents[outdir / "case.json"] = (json.dumps(info, indent=1) + "\n").encode("utf-8")
     atomic_write_all({path: lambda fh, data=data: fh.write(data) for path, data in contents.items()})

@@ -7,7 +7,7 @@ the absolute value of every term, shaped like it), K the operation count, so tha
 implementation computes the output to within γ_K · M; kind "ntk" gives those of the NTK Gram matrix.
 :func:`train_tolerances` is the policy of a ProjGD / ProjSGD run, and :func:`float32_scales`,
 :func:`update_directions`, :func:`roundings_behind` what the float32 envelope needs
-(``ntpref.oracle.envelope``). Functions taking ``model`` take the model's name ("shallow" | "indrnn").
+(``ntpref.oracle.policies.envelope``). Functions taking ``model`` take the model's name ("shallow" | "indrnn").
 """
 from __future__ import annotations
 
@@ -18,7 +18,8 @@ from typing import NamedTuple
 import numpy as np
 
 from ..checks import as_scalar
-from ..rounding import TRANSCENDENTAL_ULPS, Scales, U, final_tolerance, gamma, max_abs, running_max, trajectory_tolerance
+from ..rounding import TRANSCENDENTAL_ULPS, Scales, U, final_tolerance, gamma, max_abs, trajectory_tolerance
+from ..tolerance import Tolerance
 from . import indrnn
 from .activation import activation, dsigma_np, sigma_np
 from .contract import input_data, input_kappa, train_only
@@ -205,7 +206,7 @@ def train_tolerances(model: str, scales: Callable, inputs: Mapping[str, np.ndarr
             tols[name] = final_tolerance(steps * max(max_abs(D[name]), eps[name]), f"final {name}")
         else:
             t = np.arange(q.shape[0]) + (name == "val_loss")
-            tols[name] = trajectory_tolerance(q, gamma(count) * floors[name], count, t * running_max(D[name], 1), name)
+            tols[name] = trajectory_tolerance(q, gamma(count) * floors[name], count, t * Tolerance.running_max(D[name], 1), name)
     return tols
 
 

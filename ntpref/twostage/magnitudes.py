@@ -5,7 +5,7 @@ output computed with the absolute value of every term, shaped like it), K the op
 float64 implementation computes the output to within γ_K · M (:func:`twostage_scales`); for the stable NGD
 direction the relative accuracy ρ (:func:`stable_accuracy`). :func:`train_tolerances` is the policy of a
 training run (Algorithm 1, two stages), and :func:`float32_scales`, :func:`update_directions`,
-:func:`roundings_behind` what the float32 envelope needs (``ntpref.oracle.envelope``).
+:func:`roundings_behind` what the float32 envelope needs (``ntpref.oracle.policies.envelope``).
 """
 from __future__ import annotations
 
@@ -16,7 +16,8 @@ import numpy as np
 
 from ..checks import as_float, as_scalar
 from ..rounding import (QP_REL, SAFETY, TRANSCENDENTAL_ULPS, U, Scales, eval_tolerance, final_tolerance, gamma,
-                        max_abs, qp_tolerance, running_max, trajectory_tolerance)
+                        max_abs, qp_tolerance, trajectory_tolerance)
+from ..tolerance import Tolerance
 from ..spec import ABSENT, names_of
 from .contract import BLOCKS, INPUTS, TRAJECTORIES, input_dataset
 from .model import direction as ngd_direction
@@ -264,8 +265,8 @@ def train_tolerances(inputs: Mapping[str, np.ndarray], out: Mapping[str, np.ndar
                 tols[name] = final_tolerance(propagated + spread / SAFETY, f"stage-2 result; {walk.why}")
         elif name == "loss_floor":
             tol = eval_tolerance(sf.M["loss"], sf.count)
-            tols[name] = {**tol, "atol": tol["atol"] + SAFETY * T0 * max_abs(D1), "reason": tol["reason"]
-                          + f" + {SAFETY:g}·{T0}·response {max_abs(D1):.3g} of the stage-1 result"}
+            tols[name] = Tolerance.saturated(atol=tol.atol + SAFETY * T0 * max_abs(D1), reason=tol.reason
+                                             + f" + {SAFETY:g}·{T0}·response {max_abs(D1):.3g} of the stage-1 result")
         else:
             stage, key = name.split("_", 1)
             sc = scales["W_ov" if stage == "stage1" else "W_kq"]
@@ -274,9 +275,9 @@ def train_tolerances(inputs: Mapping[str, np.ndarray], out: Mapping[str, np.ndar
                      "corr": gamma(count) + 2.0 * ds.d * QP_REL}[key]                 # ρ against a certified W*
             t = np.arange(q.shape[0])
             if stage == "stage1":
-                propagated = t * running_max(D1, 1)
+                propagated = t * Tolerance.running_max(D1, 1)
             else:
-                propagated = T0 * running_max(D1, 0) + injected[:t.size] * running_max(D2, 1)
+                propagated = T0 * Tolerance.running_max(D1, 0) + injected[:t.size] * Tolerance.running_max(D2, 1)
             tols[name] = trajectory_tolerance(q, floor, count, propagated, name)
             if stage == "stage2" and walk is not None:
                 tols[name] = walk.split(tols[name], key, T0 * max_abs(D1) + injected[walk.t_star] * max(
@@ -309,18 +310,16 @@ class _NoiseWalk(NamedTuple):
         """The bound δ + 2η (t − t_star) on ‖ΔW_kq(t)‖_F, δ from ``propagated`` (the entrywise bound at t_star)."""
         return SAFETY * self.d * propagated + 2.0 * self.eta * (t - self.t_star)
 
-    def split(self, tol: dict, key: str, propagated: float) -> dict:
+    def split(self, tol: Tolerance, key: str, propagated: float) -> Tolerance:
         """``tol`` on the entries up to t_star (its ``head``), and after them the walk's bound for the log
         ``key`` ("loss" | "norm" | "corr") of stage 2."""
-        at_star = tol["atol"] + tol["atol_per_step"] * self.t_star
+        at_star = tol.atol + tol.atol_per_step * self.t_star
         delta = self.spread(propagated, self.t_star)
         factor = {"loss": self.lip, "norm": 1.0}.get(key)
-        rest = ({"rtol": 0.0, "atol": 2.0, "atol_per_step": 0.0} if factor is None else
-                {"rtol": tol["rtol"], "atol": at_star + factor * delta,
-                 "atol_per_step": tol["atol_per_step"] + factor * 2.0 * self.eta})
-        head = {"n": self.t_star + 1, **{k: tol[k] for k in ("rtol", "atol", "atol_max_scale", "atol_per_step")}}
-        return {**tol, **rest, "atol_max_scale": 0.0, "head": head, "reason": f"{tol['reason']}; after step "
-                f"{self.t_star}: {self.why}"}
+        rest = (Tolerance(atol=2.0) if factor is None else
+                Tolerance.saturated(rtol=tol.rtol, atol=at_star + factor * delta,
+                                    atol_per_step=tol.atol_per_step + factor * 2.0 * self.eta))
+        return rest.with_head(self.t_star + 1, tol, f"{tol.reason}; after step {self.t_star}: {self.why}")
 
 
 def _noise_walk(ds, inputs: Mapping[str, np.ndarray], out: Mapping[str, np.ndarray],

@@ -1,4 +1,5 @@
-"""The float32 envelope of ``ntpref conformance --precision float32`` (docs/conformance.md#float32-mode).
+"""The float32 envelope, policy "bound" in float32 (``ntpref conformance --precision float32 --policy bound``,
+docs/conformance.md#float32-mode).
 
 A float32 implementation cannot agree with the float64 oracle to float64 accuracy; it should agree
 as well as float32 arithmetic allows *on that input*. The envelope of an output q measures that with
@@ -18,7 +19,7 @@ at step t of a per-step log, plus the T0 + 1 of stage 1 behind stage 2), each bo
 largest response seen so far. One update of a block θ rounds by u max|θ| + η u max M(∇θ) (×n/B
 for a minibatch of B; a unit NGD direction: η u). A measured term becomes a bound of the policy's
 form: its largest entry, or along a per-step log the straight line ``atol + atol_per_step · t`` above
-it. The tolerance of an array is :data:`MULTIPLE` times its envelope, so err/env = MULTIPLE · err/tol.
+it. The tolerance of an array is :data:`ENVELOPE_MULTIPLE` times its envelope, so err/env = ENVELOPE_MULTIPLE · err/tol.
 
 The model's diagnostics (the two-stage max-margin solutions and the correlations with them) come from a
 solver whose certificate, not rounding, sets the oracle's accuracy (1e-9 of max|W*|): the rounding of
@@ -32,15 +33,16 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from ..rounding import TINY
-from ..spec import ModelSpec
+from ...spec import ModelSpec
+from ...tolerance import TINY, Tolerance
+from ..contract import model_of, oracle_outputs
 
 #: Unit roundoff of float32.
 U32 = 2.0 ** -24
 #: Random draws of the moved inputs.
 DRAWS = 3
-#: Tolerance = MULTIPLE × envelope.
-MULTIPLE = 8.0
+#: Tolerance = ENVELOPE_MULTIPLE × envelope.
+ENVELOPE_MULTIPLE = 8.0
 #: Float inputs never moved: kappa takes the values 1 or 2 only.
 EXACT_INPUTS = ("kappa",)
 _SEED = 20240924
@@ -73,8 +75,6 @@ def _float_inputs(inputs: Mapping[str, np.ndarray]):
 
 def measured(spec: ModelSpec, kind: str, inputs: Mapping[str, np.ndarray], expected: Mapping[str, np.ndarray]):
     """(|q(fl32(inputs)) − q|, max over the draws |q(moved) − q|) per output, elementwise (module docstring)."""
-    from .contract import oracle_outputs
-
     rng = np.random.default_rng(_SEED)
     blocks = update_rounding(spec, inputs, expected) if kind == "train" else {}
 
@@ -106,26 +106,16 @@ def _bound(err: np.ndarray, count) -> tuple[float, float]:
     array over t) the straight line through its first entry above count(t) · max_{s <= t} err(s)."""
     if np.ndim(count) == 0 or err.size < 2:
         return float(np.max(count * err, initial=0.0)), 0.0
-    return line_above(count * np.maximum.accumulate(err))
-
-
-def line_above(values: np.ndarray) -> tuple[float, float]:
-    """(atol, atol_per_step): the straight line ``atol + atol_per_step · t`` through the first of the
-    non-decreasing ``values`` (shape (T,), T ≥ 2, indexed by t) that lies on or above all of them."""
-    return float(values[0]), max(float(np.max((values[1:] - values[0]) / np.arange(1, values.size))), 0.0)
+    return Tolerance.line_above(count * Tolerance.running_max(err))
 
 
 @np.errstate(all="ignore")   # the user's np.seterr must not change (or break) a bound
-def float32_tolerances(kind: str, inputs: Mapping[str, np.ndarray], expected: Mapping[str, np.ndarray],
-                       certified: Mapping[str, Mapping], terms: tuple | None = None) -> dict[str, dict]:
-    """name → tolerance (:mod:`ntpref.oracle.compare` form) = :data:`MULTIPLE` × the float32 envelope of
-    every array of ``expected``, the float64 oracle's outputs for ``inputs`` (module docstring);
-    ``certified``: name → the float64 tolerance (the running error bound) of every one of the model's
-    diagnostics among them (nothing else is read), added to their envelope (module docstring); ``terms``: what :func:`measured` returns for
-    them, if already computed."""
-    from .compare import tolerance_sum
-    from .contract import model_of
-
+def envelope_tolerances(kind: str, inputs: Mapping[str, np.ndarray], expected: Mapping[str, np.ndarray],
+                        certified: Mapping[str, Tolerance], terms: tuple | None = None) -> dict[str, Tolerance]:
+    """name → tolerance = :data:`ENVELOPE_MULTIPLE` × the float32 envelope of every array of ``expected``, the
+    float64 oracle's outputs for ``inputs`` (module docstring); ``certified``: name → the float64 tolerance (the
+    running error bound) of every one of the model's diagnostics among them (nothing else is read), added to
+    their envelope (module docstring); ``terms``: what :func:`measured` returns for them, if already computed."""
     spec = model_of(inputs)
     rounded, moved = terms if terms is not None else measured(spec, kind, inputs, expected)
     scales = evaluation_scales(spec, kind, inputs, expected)
@@ -133,10 +123,19 @@ def float32_tolerances(kind: str, inputs: Mapping[str, np.ndarray], expected: Ma
     for name in expected:
         first, per_step = _bound(moved[name], roundings_behind(spec, name, kind, inputs, moved[name].shape))
         atol = U32 * scales.get(name, 0.0) + float(np.max(rounded[name], initial=0.0)) + first
-        out[name] = {"rtol": MULTIPLE * U32, "atol": max(MULTIPLE * atol, TINY), "atol_per_step": MULTIPLE * per_step,
-                     "reason": f"float32: {MULTIPLE:g} x envelope u|q| + {atol:.2g}"
-                               + (f" + {per_step:.2g}·t" if per_step else "")}
+        out[name] = Tolerance(rtol=ENVELOPE_MULTIPLE * U32, atol=max(ENVELOPE_MULTIPLE * atol, TINY),
+                              atol_per_step=ENVELOPE_MULTIPLE * per_step,
+                              reason=f"float32: {ENVELOPE_MULTIPLE:g} x envelope u|q| + {atol:.2g}"
+                                     + (f" + {per_step:.2g}·t" if per_step else ""))
         if name in spec.diagnostics:
-            out[name] = tolerance_sum(out[name], certified[name], f"{out[name]['reason']}; + the oracle's own "
-                                      f"float64 tolerance ({certified[name].get('reason', '')})")
+            out[name] = out[name].plus(certified[name], f"{out[name].reason}; + the oracle's own float64 "
+                                       f"tolerance ({certified[name].reason})")
     return out
+
+
+def for_case(case) -> dict[str, Tolerance]:
+    """The float32 envelope's tolerances of a conformance case (:class:`ntpref.oracle.cases.Case`); the running
+    error bound's are read only for the model's diagnostics among its outputs."""
+    diagnostics = set(case.spec.diagnostics) & set(case.expected)       # their float64 bound is added
+    certified = case.tolerances("float64", "bound") if diagnostics else {}
+    return envelope_tolerances(case.kind, case.inputs, case.expected, certified, case.float32_terms)

@@ -1,5 +1,5 @@
-"""The float64 tolerance policy (docs/tolerance.md): per output array of a model run, the tolerance
-that :func:`ntpref.oracle.compare.compare_arrays` accepts.
+"""The float64 running error bound, policy "bound" in float64 (docs/tolerance.md): per output array of a
+model run, a :class:`ntpref.tolerance.Tolerance` every correct float64 implementation meets.
 
 Every tolerance comes from the *problem*, not from the array's own values, so outputs that are
 exactly zero in exact arithmetic (f at the paired initialisation) get an honest, non-zero bound.
@@ -42,12 +42,13 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from ..checks import as_float
-from ..errors import InputError
-from ..models import SPECS, spec_named
-# The policy's constants and γ_k, also read from here (tolerance.SAFETY, tolerance.gamma, ...):
-from ..rounding import QP_REL, SAFETY, TINY, TRANSCENDENTAL_ULPS, U, Scales, eval_tolerance, gamma  # noqa: F401
-from ..spec import ModelSpec
+from ...checks import as_float
+from ...errors import InputError
+from ...models import SPECS, spec_named
+from ...rounding import eval_tolerance
+from ...spec import ModelSpec
+from ...tolerance import Tolerance
+from .. import contract
 
 KINDS = ("eval", "train")
 _SEED = 20240917
@@ -80,13 +81,11 @@ def _response(inputs: Mapping[str, np.ndarray], out: Mapping[str, np.ndarray], e
               backend: str) -> dict[str, np.ndarray]:
     """Train again from θ(0) + ε·ξ (ξ = ±1 from a fixed seed, per block of ``eps``) and return
     |rerun − out| per output: the response to one step's worth of rounding."""
-    from . import contract
-
     rng = np.random.default_rng(_SEED)
     moved = {b: as_float(b, inputs[b]) + e * rng.choice((-1.0, 1.0), size=np.shape(inputs[b])) for b, e in eps.items()}
     unbounded = {k: np.full(np.shape(out[k]), np.inf) for k in out}
     if not all(np.isfinite(v).all() for v in moved.values()):
-        return unbounded        # the step's rounding itself overflows: no bound (see _representable)
+        return unbounded        # the step's rounding itself overflows: no bound (Tolerance.saturated)
     try:
         other = contract.train({**inputs, **moved}, backend)
     except InputError:          # the moved run overflows where the given one did not: no bound either
@@ -108,11 +107,10 @@ def run_kind(inputs: Mapping[str, np.ndarray]) -> str:
 
 
 @np.errstate(all="ignore")   # the user's np.seterr must not change (or break) a bound
-def default_tolerances(model: str, kind: str, inputs: Mapping[str, np.ndarray],
-                       expected: Mapping[str, np.ndarray], *, outputs: Mapping[str, np.ndarray] | None = None,
-                       backend: str = "numba") -> dict[str, dict]:
-    """Per output array of ``expected``, the tolerance spec that
-    :func:`ntpref.oracle.compare.compare_arrays` accepts, under the float64 policy (module docstring).
+def bound_tolerances(model: str, kind: str, inputs: Mapping[str, np.ndarray],
+                     expected: Mapping[str, np.ndarray], *, outputs: Mapping[str, np.ndarray] | None = None,
+                     backend: str = "numba") -> dict[str, Tolerance]:
+    """Per output array of ``expected``, its tolerance under the float64 running error bound (module docstring).
 
     model: a name of the registry (:mod:`ntpref.models`); kind "eval" or "train" (or one of the model's
     ``extra_kinds``: "ntk" for "shallow", the stored NTK Gram matrix). ``inputs`` is the run's
@@ -122,31 +120,22 @@ def default_tolerances(model: str, kind: str, inputs: Mapping[str, np.ndarray],
     validates the input. eval / ntk of a shallow input also cover the intermediates head_s, head_a, head_MU.
     Raises InputError for an unknown model or kind, an invalid input, or a name that is not an output.
     """
-    from . import contract
-
     spec = spec_named(model)
     _check(spec, kind, KINDS + tuple(k for k in spec.magnitude_kinds if k not in KINDS))
     names = list(expected)
     if kind == "train":
         _known(model, kind, names, spec.train_outputs)
         out = contract.train(inputs, backend) if outputs is None else outputs
-        return _representable(spec.train_tolerances(inputs, out, names, lambda eps: _response(inputs, out, eps, backend)))
+        return spec.train_tolerances(inputs, out, names, lambda eps: _response(inputs, out, eps, backend))
     if kind == "eval" and outputs is None:
         contract.evaluate(inputs, backend)                                   # validates the input
     scales = spec.magnitudes(inputs, kind)
     _known(model, kind, names, list(scales))
-    return _representable({name: eval_tolerance(*scales[name]) for name in names})
+    return {name: eval_tolerance(*scales[name]) for name in names}
 
 
-def _representable(tolerances: dict[str, dict]) -> dict[str, dict]:
-    """``tolerances`` with every bound that overflowed float64 (inf, or NaN from inf·0: inputs of size
-    ~1e300 whose outputs are finite but whose magnitudes are not) set to the largest float64, and its
-    reason saying so: for such an array the policy can only refuse non-finite values."""
-    big = float(np.finfo(np.float64).max)
-    for spec in tolerances.values():
-        bad = [k for k in ("rtol", "atol", "atol_per_step") if not np.isfinite(spec[k])]
-        if bad:
-            spec.update({k: big for k in bad})
-            spec["reason"] = ("float64 policy: the rounding bound overflows float64 (magnitudes beyond 1.8e308), "
-                              "so only non-finite values fail; " + spec["reason"])
-    return tolerances
+def for_case(case) -> dict[str, Tolerance]:
+    """The running error bound's tolerances of a conformance case (:class:`ntpref.oracle.cases.Case`): a random
+    case's expected outputs are the oracle's own, computed there, so the input is not run again."""
+    outputs = case.expected if case.source == "random" else None
+    return bound_tolerances(case.model, case.kind, case.inputs, case.expected, outputs=outputs)
