@@ -39,8 +39,8 @@ def pytest_xdist_auto_num_workers(config):
 def pytest_sessionstart(session):
     """Before the workers of a parallel run of the whole suite start: compile the models' kernels once into
     the shared cache (with an empty cache each worker would otherwise compile the same kernels). Only speed
-    changes: a kernel not in the cache is compiled where it is first called, and a failed warm-up leaves
-    nothing behind that a test reads."""
+    changes: a kernel not in the cache is compiled where it is first called, so a warm-up that fails (its
+    output is discarded; the tests report any fault of the oracle) leaves the compiling to the workers."""
     config = session.config
     if (hasattr(config, "workerinput") or getattr(config.option, "numprocesses", None) in (None, 0, 1)
             or config.option.collectonly):
