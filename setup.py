@@ -46,9 +46,10 @@ setup(
     ],
     extras_require={
         # every module the tests import (torch and jax excepted: those tests skip, with a reason, without
-        # the crosscheck extra)
+        # the crosscheck extra), and pytest-xdist, which runs the suite on every core (pytest.ini; from 3.6
+        # its workers run the tests in their main thread, which the signal tests need)
         "test": [
-            "pytest>=8,<10", "hypothesis>=6.100,<7", "matplotlib>=3.8,<4",
+            "pytest>=8,<10", "pytest-xdist>=3.6,<4", "hypothesis>=6.100,<7", "matplotlib>=3.8,<4",
             "dask[distributed]>=2024.8", "cloudpickle>=3",
         ],
         "plot": ["matplotlib>=3.8,<4"],

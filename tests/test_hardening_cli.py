@@ -399,8 +399,8 @@ def _console_script() -> list[str]:
 def test_signal_at_any_moment_of_start_up(signum, tmp_path):
     inp = write(tmp_path / "in.npz", shallow_eval())
     argv = [*_console_script(), "eval", str(inp), "-o", str(tmp_path / "out.npz"), "-q"]
-    handled = 0
-    for delay in (0.0, 0.0, 0.005, 0.02, 0.05, 0.08, 0.12, 0.2, 0.4):
+    handled, delays = 0, [0.0, 0.0, 0.005, 0.02, 0.05, 0.08, 0.12, 0.2, 0.4]
+    for delay in delays:
         proc = subprocess.Popen(argv, cwd=tmp_path, **_child(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 text=True)
         time.sleep(delay)
@@ -412,7 +412,9 @@ def test_signal_at_any_moment_of_start_up(signum, tmp_path):
         _check_interrupted(proc.returncode, err, signum)
         handled += proc.returncode == 128 + signum
         assert out == ""
-    assert handled     # at 0.4 s at the latest, ntpref runs: its one line
+        if delay == delays[-1] and not handled and delay < 30:
+            delays.append(2 * delay)     # still starting (a busy machine): a later signal
+    assert handled     # once ntpref runs: its one line
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])

@@ -158,13 +158,15 @@ def test_config_text_is_sorted_names_and_values():
     assert configs.config_text({"n": 5000, "K": 8192, "teacher": "full"}, ("teacher",)) == "K = 8192, n = 5000"
 
 
-def test_a_seeds_run_summarizes_apart_and_shares_the_cells_quietly(tmp_path):
+def test_a_seeds_run_summarizes_apart_and_shares_the_cells_quietly(tmp_path, monkeypatch):
     """--seeds N writes its summary to SIZE/seeds-N/, never over the size's own; each run takes the other's
-    finished cells as its target's (no warning about them) and computes only what it lacks."""
+    finished cells as its target's (no warning about them) and computes only what it lacks. The quick size
+    of Figure 2 is shrunk to a tiny one (its 3 seeds kept): what is checked is where cells and summaries go."""
     import warnings
 
-    from ntpref.reproduce import run_target
+    from ntpref.reproduce import figure2, run_target
 
+    monkeypatch.setitem(figure2.SIZES, "quick", {"seeds": 3, "K": 6, "N": 20, "T0": 100, "T": 600})
     quick = tmp_path / "twostage" / "quick"
     with warnings.catch_warnings():
         warnings.simplefilter("error")                       # a warning about the other seeds' cells fails
