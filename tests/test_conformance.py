@@ -144,7 +144,8 @@ def test_arrays_whose_tolerance_admits_every_value_are_unchecked_not_within_tole
             "--policy", "bound", "--kind", "eval")
     rc, out, err = conformance(capsys, *args)
     assert rc == 1 and out.splitlines()[-1] == (
-        "2 cases: 2 passed, 0 failed, 0 skipped; 14 arrays compared, 2 of them unchecked (grad_W_kq on 2 cases): "
+        "3 cases: 3 passed, 0 failed, 0 skipped; 21 arrays compared, 4 of them unchecked (grad_W_kq on 3 cases, "
+        "grad_W_ov): "
         "FAIL: grad_W_kq never checked (on every case its tolerance admits every value; --accept-unchecked NAME "
         "to accept)"), out
     rc, out, err = conformance(capsys, *args, "--accept-unchecked", "grad_W_kq")

@@ -74,7 +74,7 @@ def test_the_cases_reach_beyond_the_overflow_of_exp_and_the_oracle_stays_finite(
             assert np.all(np.isfinite(value)), (case.id, name)
         for precision in OVERFLOW:
             for name, tol in case.tolerances(precision).items():
-                assert np.isfinite(tol["atol"]) and np.isfinite(tol["rtol"]), (case.id, precision, name)
+                assert np.isfinite(tol.atol) and np.isfinite(tol.rtol), (case.id, precision, name)
 
 
 #: (formula, model) → (the arrays it makes fail, the first of them in the order of computation).
