@@ -55,11 +55,15 @@ def _eval_input(model: str, activation: str) -> dict:
 SHALLOW_MODELS = [name for name in SPECS if "activation" in {i.name for i in SPECS[name].inputs}]
 
 
-@pytest.mark.parametrize("adapter", list(ADAPTERS))
+#: The shipped restatements (PyTorch, JAX); the shipped NumPy adapters are the oracle itself or fail on purpose.
+RESTATEMENTS = [name for name, (directory, _, _) in ADAPTERS.items() if directory == "adapters"]
+
+
+@pytest.mark.parametrize("adapter", RESTATEMENTS)
 def test_every_shipped_adapter_computes_every_activation(adapter):
     """Each activation through the adapter: its outputs are the oracle's (the activations' outputs differ
     from one another far beyond the tolerance, so an adapter that computed one as another would fail)."""
-    framework = ADAPTERS[adapter][1]
+    framework = ADAPTERS[adapter][2]
     if importlib.util.find_spec(framework) is None:
         pytest.skip(f"{framework} is not installed")
     implementation = load_adapter(adapter_path(adapter))
