@@ -16,9 +16,9 @@ MAX_WORKERS = 4
 #: (``ntpref verify``'s computation, results unused) into the kernel cache every worker reads.
 WARM_UP = """
 import sys
-from ntpref.oracle import reference
-manifest = reference.load_manifest(reference.default_root())
-reference.verify(cases=[c for c, entry in manifest["cases"].items() if entry["model"] in sys.argv[1:]])
+from ntpref.oracle import manifest, reference
+stored = manifest.load_manifest(manifest.default_root())["cases"]
+reference.verify(cases=[c for c, entry in stored.items() if entry["model"] in sys.argv[1:]])
 """
 #: One warm-up process per group, run side by side.
 WARM_UP_GROUPS = (("twostage",), ("shallow", "indrnn"))
