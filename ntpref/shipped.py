@@ -7,8 +7,9 @@ a built wheel or sdist installs them as ``ntpref/docs``, ``ntpref/adapters``, ``
 (``ntpref verify``, ``ntpref conformance --adapter NAME``, ``ntpref adapters``, ``ntpref docs``) work on
 any install. Commands:
 
-    ntpref adapters [NAME]   the shipped adapters and the C example: name, what it needs, installed or not,
-                             file; with NAME, the path of its file alone
+    ntpref adapters [NAME]   the shipped adapters (the correct ones, then those that fail on purpose) and the
+                             C example: name, what it needs, installed or not, file; with NAME, the path of
+                             its file alone
     ntpref docs [PAGE]       the documentation pages (their files), or the path of one page
 """
 from __future__ import annotations
@@ -25,15 +26,19 @@ _ROOT = Path(__file__).resolve().parent
 #: installed name → the repository's directory (relative to the repository root)
 _DIRS = {"docs": "docs", "adapters": "examples/adapters", "numpy_adapters": "tests/conformance_adapters",
          "c_example": "examples/c", "reference_runs": "reference_runs"}
-_NUMPY = ("oracle_numpy", "float32_outputs", "detached_attention", "gradient_error", "one_over_m",
-          "softmax_over_padding", "loss_only", "raising", "signalled")
+_NUMPY = ("oracle_numpy", "float32_outputs")
+_FAILING = ("detached_attention", "gradient_error", "one_over_m", "softmax_over_padding", "loss_only", "raising",
+            "signalled")
 #: The shipped conformance adapters (``ntpref conformance --adapter NAME``): name → (directory, file, the
 #: module it needs): the PyTorch and JAX restatements, and the NumPy adapters built on the oracle (correct
 #: ones, deliberately broken ones and misbehaving ones, as tests/test_conformance.py runs them).
 ADAPTERS = {"torch-float64": ("adapters", "torch_float64.py", "torch"),
             "torch-float32": ("adapters", "torch_float32.py", "torch"),
             "jax-float64": ("adapters", "jax_float64.py", "jax"), "jax-float32": ("adapters", "jax_float32.py", "jax"),
-            **{stem.replace("_", "-"): ("numpy_adapters", f"{stem}.py", "numpy") for stem in _NUMPY}}
+            **{stem.replace("_", "-"): ("numpy_adapters", f"{stem}.py", "numpy") for stem in _NUMPY + _FAILING}}
+#: The shipped adapters that fail on purpose (broken math, an adapter that raises, one interrupted by a
+#: signal): they show what a failing adapter reports and are no implementation to use or copy.
+FAIL_ON_PURPOSE = tuple(stem.replace("_", "-") for stem in _FAILING)
 #: The shipped example programs for ``ntpref conformance --command``: name → (directory, file, the compiler).
 PROGRAMS = {"c-twostage-eval": ("c_example", "twostage_eval.c", "cc")}
 
@@ -82,17 +87,24 @@ def _adapters(args) -> int:
         print(adapter_path(args.name))
         return 0
     width = max(map(len, {**ADAPTERS, **PROGRAMS}))
-    for name, (_, _, module) in ADAPTERS.items():
-        present = "installed" if importlib.util.find_spec(module) is not None else "not installed"
-        print(f"{name:{width}s} needs {module} ({present}): {_summary(adapter_path(name))}")
-        print(f"{'':{width}s} {adapter_path(name)}")
+    correct = [name for name in ADAPTERS if name not in FAIL_ON_PURPOSE]
+    for title, names in (("adapters (correct implementations):", correct),
+                         ("adapters that fail on purpose, to show what a failing adapter reports (not for use):",
+                          FAIL_ON_PURPOSE)):
+        print(title)
+        for name in names:
+            module = ADAPTERS[name][2]
+            present = "installed" if importlib.util.find_spec(module) is not None else "not installed"
+            print(f"{name:{width}s} needs {module} ({present}): {_summary(adapter_path(name))}")
+            print(f"{'':{width}s} {adapter_path(name)}")
+    print("example program for ntpref conformance --command:")
     for name, (_, _, compiler) in PROGRAMS.items():
         present = "on PATH" if shutil.which(compiler) else "not on PATH"
         print(f"{name:{width}s} needs a C compiler, {compiler} ({present}): {_summary(adapter_path(name))}")
         print(f"{'':{width}s} {adapter_path(name)}")
     print("run an adapter: ntpref conformance --adapter NAME; build the C example: "
           "cc -O2 -o twostage_eval \"$(ntpref adapters c-twostage-eval)\" -lm (docs/conformance.md); "
-          "ntpref adapters NAME prints the path of one file (the files are the readable copies to start from)")
+          "ntpref adapters NAME prints the path of one file (the correct ones are readable copies to start from)")
     return 0
 
 

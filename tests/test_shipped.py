@@ -40,6 +40,25 @@ def test_every_shipped_adapter_is_a_file_named_by_the_table(capsys):
         shipped.adapter_path("torch-flot64")
 
 
+def test_the_adapters_that_fail_on_purpose_are_listed_apart(capsys):
+    """The NumPy adapters whose run docs/conformance.md's table does not call a pass are the ones ``ntpref
+    adapters`` lists under the fail-on-purpose heading, and only they; the correct ones come first."""
+    table = re.findall(r"^\| `([a-z0-9-]+)` \| [^|]+ \| ([^|]+) \|$", (REPO / "docs" / "conformance.md").read_text(),
+                       re.M)
+    runs = {name: run.strip() for name, run in table if name in shipped.ADAPTERS}
+    assert len(runs) == 9 and set(runs) == {n for n, (d, _, _) in shipped.ADAPTERS.items() if d == "numpy_adapters"}
+    failing = [name for name, run in runs.items() if not run.startswith("passes")]
+    assert main(["adapters"]) == 0
+    out = capsys.readouterr().out
+    correct, rest = out.split("adapters that fail on purpose, to show what a failing adapter reports (not for use):\n")
+    on_purpose, program = rest.split("example program for ntpref conformance --command:\n")
+    listed = [re.findall(r"^(\S+) +needs ", part, re.M) for part in (correct, on_purpose, program)]
+    assert correct.startswith("adapters (correct implementations):\n")
+    assert listed[1] == failing == list(shipped.FAIL_ON_PURPOSE)
+    assert listed[0] == [name for name in shipped.ADAPTERS if name not in failing]
+    assert listed[2] == list(shipped.PROGRAMS)
+
+
 def test_adapters_name_prints_the_path_of_one_file(capsys):
     for name, path in (("c-twostage-eval", REPO / "examples" / "c" / "twostage_eval.c"),
                        ("detached-attention", REPO / "tests" / "conformance_adapters" / "detached_attention.py"),

@@ -11,7 +11,7 @@ from ..checks import integer_at_least, positive_argument
 from ..errors import InputError
 from ..models import NAMES
 from ..npzio import atomic_write, check_output
-from ..shipped import ADAPTERS, adapter_path
+from ..shipped import ADAPTERS, FAIL_ON_PURPOSE, adapter_path
 from .adapters import FUNCTIONS, AdapterError, load_adapter
 from .cases import DEFAULT_RANDOM, KINDS
 from .policies import DESCRIPTIONS, POLICIES, PRECISIONS, check_policy
@@ -88,8 +88,10 @@ def register(subparsers) -> None:
     p.add_argument("adapter", metavar="ADAPTER.py", nargs="?",
                    help="defines evaluate(model, inputs) and/or train(model, inputs) returning dicts of arrays")
     p.add_argument("--adapter", metavar="NAME", dest="shipped", choices=ADAPTERS,
-                   help="instead of ADAPTER.py: an adapter shipped with ntpref (" + ", ".join(ADAPTERS) + "; its "
-                        "framework must be installed)")
+                   help="instead of ADAPTER.py: an adapter shipped with ntpref (" +
+                        ", ".join(name for name in ADAPTERS if name not in FAIL_ON_PURPOSE) + "; failing on purpose, "
+                        "to show what a failing adapter reports: " + ", ".join(FAIL_ON_PURPOSE) + "; its framework "
+                        "must be installed)")
     p.add_argument("--command", metavar="CMD", dest="command_line",   # args.command is the sub-command
                    help="instead of ADAPTER.py: a command run once per case (no shell), with {input} or "
                         "{input_dir} (the case's input: an npz file, a directory of NAME.npy files), {output} or "

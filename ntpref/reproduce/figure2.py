@@ -50,7 +50,7 @@ from ..sweep import CellArray
 from ..twostage import random_realizable, train
 from . import Summary
 from .configs import per_seed_config, seed_cells, time_grid
-from .plots import band, pyplot, save_figure
+from .plots import band, finish_figure, pyplot, save_figure
 from .stats import geometric_rate, loglog_slope, mean_row
 
 DESCRIPTION = ("two-stage Figure 2: six panels (L0, rho, norms; L, L*, rho, norms), 1 - rho on log-log axes, "
@@ -236,10 +236,9 @@ def _six_panels(plt, per_seed, config, outdir: Path) -> Path:
     axes[1, 2].plot(t2, float(a0["eta"]) * t2, "k--", lw=1, label=r"$\eta t$ (upper bound)")
     for ax in axes.flat:
         ax.legend(fontsize=8)
-    fig.suptitle(f"Two-stage normalized GD, random realizable data: K = d = {K}, N = {config['N']}, "
-                 f"$\\eta_0$ = 0.2/√d, $\\eta$ = 0.05/√d\n(top: stage 1, bottom: stage 2 from the zero-init stage 1)")
-    fig.tight_layout()
-    return save_figure(fig, outdir / "figure2.png")
+    title = (f"Two-stage normalized GD, random realizable data: K = d = {K}, N = {config['N']}, "
+             f"$\\eta_0$ = 0.2/√d, $\\eta$ = 0.05/√d\n(top: stage 1, bottom: stage 2 from the zero-init stage 1)")
+    return finish_figure(fig, title, outdir / "figure2.png")
 
 
 def _gap_figure(plt, per_seed, mean_fit, predicted: float, outdir: Path) -> Path:

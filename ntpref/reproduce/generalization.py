@@ -40,7 +40,7 @@ from ..twostage import generalization_curve, random_realizable, unseen_parts, un
 from ..twostage.generalization import METRICS
 from . import Summary
 from .configs import per_seed_config, seed_cells, time_grid
-from .plots import band, pyplot, save_figure
+from .plots import band, finish_figure, pyplot
 from .stats import mean_row
 
 DESCRIPTION = ("two-stage generalization: accuracy, attention, p(n(x)|X) on closure-determined, closure-only and "
@@ -121,12 +121,10 @@ def _figure(plt, per_seed, config, outdir: Path) -> Path:
             ax.set_ylim(-0.02, 1.02)
             ax.grid(alpha=0.3)
             ax.legend(fontsize=8, loc="lower right")
-    fig.suptitle(f"Generalization to unseen sentences (K = d = {config['K']}, N = {config['N']}, training lengths "
-                 f"2..6)\ntop: unseen lengths 2..6, bottom: {LONG_LENGTHS[0]}..{LONG_LENGTHS[1]}; mean and 95% CI over "
-                 f"{len(per_seed)} seeds; $\\hat x$ = closure maximum, or hidden-order maximum when non-comparable",
-                 fontsize=11)
-    fig.tight_layout()
-    return save_figure(fig, outdir / "generalization.png")
+    title = (f"Generalization to unseen sentences (K = d = {config['K']}, N = {config['N']}, training lengths "
+             f"2..6)\ntop: unseen lengths 2..6, bottom: {LONG_LENGTHS[0]}..{LONG_LENGTHS[1]}; mean and 95% CI over "
+             f"{len(per_seed)} seeds; $\\hat x$ = closure maximum, or hidden-order maximum when non-comparable")
+    return finish_figure(fig, title, outdir / "generalization.png", fontsize=11)
 
 
 def summarize(results: list, outdir) -> Summary:

@@ -36,7 +36,7 @@ from . import Summary
 from .configs import by_axis, config_text, select_config
 from .ntk import boundary_fraction, median_head, train_diagnostics
 from .ntk import cell_arrays as ntk_cell_arrays
-from .plots import ci_errorbar, loglog_panel, pyplot, save_figure
+from .plots import ci_errorbar, finish_figure, loglog_panel, pyplot
 from .stats import BOOTSTRAP_DRAWS, axis_table, bootstrap_interval, median_slope_interval, medians, stats
 from .teacher_student import D, INIT_SEED_OFFSET, RHO, teacher_data
 
@@ -269,8 +269,7 @@ def summarize(results, outdir) -> Summary:
         ax.set_ylabel(yl)
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=7)
-    fig.suptitle(f"Initialisations: teacher–student ({config.get('teacher')} teacher), d={D}, T={config.get('T')}, "
-                 f"n={config.get('n')}, {config.get('steps')} ProjGD steps, ρ={RHO:g}", fontsize=10)
-    fig.tight_layout()
-    path = save_figure(fig, Path(outdir) / "init.png")
+    title = (f"Initialisations: teacher–student ({config.get('teacher')} teacher), d={D}, T={config.get('T')}, "
+             f"n={config.get('n')}, {config.get('steps')} ProjGD steps, ρ={RHO:g}")
+    path = finish_figure(fig, title, Path(outdir) / "init.png", fontsize=10)
     return Summary("\n".join(lines), [path], numbers)

@@ -40,7 +40,7 @@ from ..errors import InputError
 from ..sweep import CellArray
 from . import Summary
 from .configs import per_seed_config, seed_cells, time_grid
-from .plots import band, pyplot, save_figure
+from .plots import band, finish_figure, pyplot
 from .stats import first_lasting, interval_table, mean_interval_text
 from .trajectory import Phase, gradient_agreement, problem, run, series_arrays
 from .updates import Rule
@@ -156,11 +156,10 @@ def _figure(plt, groups: dict, config, outdir: Path) -> Path:
             ax.set_xscale("log")
         ax.grid(alpha=0.3, which="both")
     axes[0, 0].legend(fontsize=8)
-    fig.suptitle(f"Joint training vs Algorithm 1 from zero, K = d = {config['K']}, N = {config['N']}: mean over {n} "
-                 "seeds, 95% CI bands (log panels: geometric mean)\ndotted: end of stage 1 (T0); joint runs: "
-                 "step 0.05/√d (per block: each block)")
-    fig.tight_layout()
-    return save_figure(fig, outdir / "joint.png")
+    title = (f"Joint training vs Algorithm 1 from zero, K = d = {config['K']}, N = {config['N']}: mean over {n} "
+             "seeds, 95% CI bands (log panels: geometric mean)\ndotted: end of stage 1 (T0); joint runs: "
+             "step 0.05/√d (per block: each block)")
+    return finish_figure(fig, title, outdir / "joint.png")
 
 
 def summarize(results: list, outdir) -> Summary:

@@ -32,7 +32,7 @@ from tabulate import tabulate
 from ..errors import InputError
 from . import Summary
 from .configs import by_axis, config_text, select_config
-from .plots import loglog_panel, pyplot, save_figure
+from .plots import finish_figure, loglog_panel, pyplot
 from .stats import (axis_table, interval_text, loglog_slope, medians, paired_resamples, ratio_interval, slope_text,
                     stats)
 from .teacher_student import D, TRAIN_FRACTION, student_arrays, teacher_data, train_student
@@ -272,7 +272,6 @@ def summarize(results, outdir) -> Summary:
         _t_sweep(t_rows, axes[0], lines, numbers)
     if n_rows:
         _n_sweep(n_rows, axes[1], lines, numbers)
-    fig.suptitle(f"Teacher–student (d = {D}), ProjGD; mean ± 95% CI over seeds, open markers: medians", fontsize=10)
-    fig.tight_layout()
-    path = save_figure(fig, Path(outdir) / "length.png")
+    title = f"Teacher–student (d = {D}), ProjGD; mean ± 95% CI over seeds, open markers: medians"
+    path = finish_figure(fig, title, Path(outdir) / "length.png", fontsize=10)
     return Summary("\n".join(lines).strip("\n"), [path], numbers)

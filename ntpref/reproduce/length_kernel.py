@@ -49,7 +49,7 @@ from ..sweep import CellArray
 from . import Summary
 from .configs import config_text, select_config
 from .length import axis_series, relative_loss
-from .plots import pyplot, save_figure
+from .plots import finish_figure, pyplot
 from .stats import loglog_slope, median_slope_interval, slope_text
 from .teacher_student import D, INIT_SEED_OFFSET, TRAIN_FRACTION, student_arrays, teacher_data, train_student
 
@@ -314,10 +314,9 @@ def summarize(results, outdir) -> Summary:
         _spectra(spectra, axes[0], lines, numbers, verdicts)
     if sweeps:
         _sweeps(sweeps, axes[1], lines, numbers, verdicts)
-    fig.suptitle(f"Sequence length at the mechanism: teacher–student (d = {D}), ProjGD; mean ± 95% CI over seeds, "
-                 "open markers: medians", fontsize=10)
-    fig.tight_layout()
-    path = save_figure(fig, Path(outdir) / "length-kernel.png")
+    title = (f"Sequence length at the mechanism: teacher–student (d = {D}), ProjGD; mean ± 95% CI over seeds, "
+             "open markers: medians")
+    path = finish_figure(fig, title, Path(outdir) / "length-kernel.png", fontsize=10)
     if "raw_slope" in numbers:
         verdicts += ["", CLAIM, f"Do the runs support it? {support(numbers)}"]
     text = ["Sequence length at the mechanism: λ_min of the NTK vs T and n; the T sweep at fixed ν and on a "

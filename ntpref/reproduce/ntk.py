@@ -41,7 +41,7 @@ from ..shallow.ntk import limit_kernel, min_eigenvalue, ntk_gram
 from ..sweep import CellArray
 from . import Summary
 from .configs import by_axis, config_text, select_config
-from .plots import loglog_panel, pyplot, save_figure
+from .plots import finish_figure, loglog_panel, pyplot
 from .stats import mean_ci, medians, slope_text, stats
 from .teacher_student import D, INIT_SEED_OFFSET, RHO, student_eta, teacher_data
 
@@ -282,8 +282,7 @@ def summarize(results, outdir) -> Summary:
         widths = sorted({p["m"] for p, _ in train})
         axes[1].set_xticks(widths, [str(m) for m in widths])
         axes[1].tick_params(axis="x", which="minor", bottom=False, labelbottom=False)
-    fig.suptitle(f"Teacher–student ({config.get('teacher')} teacher), d={D}, T={config.get('T')}, "
-                 f"n={config.get('n')}, {config.get('steps')} ProjGD steps, ρ={RHO:g}", fontsize=10)
-    fig.tight_layout()
-    path = save_figure(fig, Path(outdir) / "ntk.png")
+    title = (f"Teacher–student ({config.get('teacher')} teacher), d={D}, T={config.get('T')}, "
+             f"n={config.get('n')}, {config.get('steps')} ProjGD steps, ρ={RHO:g}")
+    path = finish_figure(fig, title, Path(outdir) / "ntk.png", fontsize=10)
     return Summary("\n".join(lines), [path], numbers)

@@ -37,7 +37,7 @@ from ..twostage import rho
 from . import Summary
 from .configs import select_config
 from .joint import grid, step_sizes
-from .plots import band, pyplot, save_figure
+from .plots import band, finish_figure, pyplot
 from .stats import first_lasting, interval_table, mean_interval_text
 from .trajectory import Phase, gradient_agreement, problem, run, series_arrays
 from .updates import Rule
@@ -158,11 +158,10 @@ def _figure(plt, groups: dict, config, outdir: Path) -> Path:
             ax.grid(alpha=0.3, which="both")
         axes[row, 0].legend(fontsize=8)
     n = min(len(s) for g in groups.values() for s in g.values())
-    fig.suptitle(f"Optimizers on Figure 2's data, K = d = {config['K']}, N = {config['N']}: mean over {n} seeds, 95% "
-                 "CI bands (log panels: geometric mean)\nGD lr 1, normalized GD 0.05/√d, Adam lr 1e-3, AdamW (dashed) "
-                 "lr 1e-3 with weight decay 0.01")
-    fig.tight_layout()
-    return save_figure(fig, outdir / "optimizers.png")
+    title = (f"Optimizers on Figure 2's data, K = d = {config['K']}, N = {config['N']}: mean over {n} seeds, 95% "
+             "CI bands (log panels: geometric mean)\nGD lr 1, normalized GD 0.05/√d, Adam lr 1e-3, AdamW (dashed) "
+             "lr 1e-3 with weight decay 0.01")
+    return finish_figure(fig, title, outdir / "optimizers.png")
 
 
 def summarize(results: list, outdir) -> Summary:

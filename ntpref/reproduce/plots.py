@@ -1,5 +1,5 @@
-"""Figures of the reproduction targets: the Agg pyplot, atomic PNG writes, mean ± 95% CI bands, error
-bars and log–log panels with a fitted power law."""
+"""Figures of the reproduction targets: the Agg pyplot, atomic PNG writes (after the overall title and a tight
+layout), mean ± 95% CI bands, error bars and log–log panels with a fitted power law."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -29,6 +29,14 @@ def save_figure(fig, path: str | Path) -> Path:
     finally:
         pyplot().close(fig)
     return path
+
+
+def finish_figure(fig, title: str, path: str | Path, **text) -> Path:
+    """Give ``fig`` its overall title (``fig.suptitle(title, **text)``, e.g. ``fontsize=10``), lay it out
+    tightly and write it with :func:`save_figure`; returns the path."""
+    fig.suptitle(title, **text)
+    fig.tight_layout()
+    return save_figure(fig, path)
 
 
 def band(ax, t, values, label, color, log=False, ls="-"):
