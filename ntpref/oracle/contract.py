@@ -76,8 +76,9 @@ def oracle_outputs(kind: str, arrays: Mapping[str, np.ndarray], backend: str = "
 def run_file(kind: str, input_path, output_path, backend: str = "numba",
              progress: Callable[[str, int, int], None] = silent,
              announce: Callable[[str], None] = lambda text: None) -> dict[str, np.ndarray]:
-    """Read ``input_path``, run ``kind`` ("eval" | "train"), write ``output_path`` atomically; ``announce``
-    is called with the backend that computes it (:func:`ntpref.backend.describe`: for "auto", its choice).
+    """Read ``input_path``, run ``kind`` ("eval" | "train"), write ``output_path`` atomically; then ``announce``
+    is called with the backend that computed it (:func:`ntpref.backend.describe`: for "auto", its choice), so
+    that a failing run's stderr stays its one error line.
 
     Errors (InputError, InfeasibleError) are re-raised with the same type, prefixed with the input file's name.
     """
@@ -85,10 +86,9 @@ def run_file(kind: str, input_path, output_path, backend: str = "numba",
 
     arrays = load_npz(input_path)
     try:
-        if isinstance(arrays, Mapping) and "model" in arrays:
-            announce(describe(backend, kind, arrays))
         out = evaluate(arrays, backend) if kind == "eval" else train(arrays, backend, progress)
     except NtprefError as exc:
         raise type(exc)(f"{input_path}: {exc}") from None
     save_npz(output_path, out)
+    announce(describe(backend, kind, arrays))
     return out
