@@ -23,7 +23,9 @@ from . import __version__, interrupt
 
 interrupt.install_if_command()  # the command: a signal while it imports ends it with one line (ntpref.interrupt)
 
-from .errors import ComparisonError, NtprefError  # noqa: E402 - after the handlers
+from .backend import AUTO, CHOICES  # noqa: E402 - after the handlers
+from .backend import HELP as BACKEND_HELP  # noqa: E402
+from .errors import ComparisonError, NtprefError  # noqa: E402
 from .numba_target import check_thread_variables, configure_process  # noqa: E402
 
 COMMAND_MODULES = (
@@ -42,8 +44,12 @@ def _run_contract(args) -> int:
     from .oracle.contract import run_file
     from .progress import Progress
 
+    def announce(text: str) -> None:
+        if not args.quiet:
+            print(f"ntpref {args.command}: backend {text}", file=sys.stderr)
+
     run_file(args.command, args.input, args.output, backend=args.backend,
-             progress=Progress(enabled=not args.quiet))
+             progress=Progress(enabled=not args.quiet), announce=announce)
     return 0
 
 
@@ -114,8 +120,8 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=text, description=text)
         p.add_argument("input", metavar="INPUT.npz")
         p.add_argument("-o", "--output", metavar="OUT.npz", required=True)
-        p.add_argument("--backend", choices=("numba", "numpy"), default="numba")
-        p.add_argument("-q", "--quiet", action="store_true", help="no progress output")
+        p.add_argument("--backend", choices=CHOICES, default=AUTO, help=BACKEND_HELP)
+        p.add_argument("-q", "--quiet", action="store_true", help="no progress output, no line naming the backend")
         p.set_defaults(func=_run_contract)
     for module in COMMAND_MODULES:
         try:

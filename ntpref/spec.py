@@ -10,7 +10,9 @@ names no model. A specification holds
   compared, such as the shallow transformer's head states); ``not_bitwise``, the outputs not promised
   bit-identical across x86-64 CPUs (name → what makes their rounding depend on the CPU: BLAS, LAPACK,
   the QP solver); the entry points ``evaluate(arrays,
-  backend)`` and ``train(arrays, backend, progress)``;
+  backend)`` and ``train(arrays, backend, progress)``; ``numpy_cost(kind, arrays) -> (passes, seconds per
+  pass)``, the NumPy backend's cost from an input's sizes, by which the ``auto`` backend chooses
+  (:mod:`ntpref.backend`);
 * training: the trained blocks and the input holding each one's step size;
 * kinds of stored case beyond eval and train: ``extra_kinds``, kind → ``compute(inputs, backend)`` (the
   shallow transformer's "ntk": its NTK Gram matrix), and ``intermediates(kind, inputs, backend)``, the
@@ -104,6 +106,7 @@ class ModelSpec:
     blocks: Mapping[str, str]
     evaluate: Callable
     train: Callable
+    numpy_cost: Callable
     timeline: Callable
     extra_kinds: Mapping[str, Callable]
     intermediates: Callable

@@ -282,7 +282,7 @@ def test_float32_scales_the_float64_calibration_and_adds_the_rounded_inputs():
     assert TO_FLOAT32 == 2.0 ** 29 == U32 / U
     ratios = []
     for case in CASES:
-        rounded, _ = measured(model_of(case.inputs), case.kind, case.inputs, case.expected)
+        rounded, _ = measured(model_of(case.inputs), case.kind, case.inputs, case.expected, case.backend)
         own, bound = case.tolerances("float64"), case.tolerances("float64", "bound")
         envelope, tols = case.tolerances("float32", "bound"), case.tolerances("float32")
         for name, value in case.expected.items():

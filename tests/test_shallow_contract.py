@@ -73,7 +73,7 @@ def test_cli_eval_and_train(rng, tmp_path, model, capsys):
     arrays = inputs(rng, model)
     save_npz(tmp_path / "in.npz", arrays)
     assert main(["eval", str(tmp_path / "in.npz"), "-o", str(tmp_path / "out.npz")]) == 0
-    got, expected = load_npz(tmp_path / "out.npz"), contract.evaluate(arrays)
+    got, expected = load_npz(tmp_path / "out.npz"), contract.evaluate(arrays, "auto")   # the command's default
     assert sorted(got) == sorted(expected) and all(np.array_equal(got[k], expected[k]) for k in got)
     save_npz(tmp_path / "tr.npz", {**arrays, "eta": np.array(0.1), "steps": np.array(2)})
     assert main(["train", str(tmp_path / "tr.npz"), "-o", str(tmp_path / "tr_out.npz"), "-q",

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..backend import AUTO, resolve
 from ..checks import as_scalar
 from ..errors import InputError
 from ..models import NAMES, SPECS, check_models
@@ -48,12 +49,15 @@ class Case:
     "random"), ``description``; ``inputs`` (the input dict, with ``model``), ``expected`` (the oracle's
     outputs) and :meth:`tolerances` are computed on first use. ``load()`` returns (inputs, the stored
     expected outputs or None); ``recorded``: the float64 tolerances stored with the case, if any;
-    ``calibrated``: its recorded calibrated tolerances, if any."""
+    ``calibrated``: its recorded calibrated tolerances, if any; ``backend``: the oracle's backend ("numba" |
+    "numpy") that computed the expected outputs (a stored case's: "numba") and that every further oracle run
+    of the case's tolerance policies uses, so that they measure the backend behind the expected values."""
 
     def __init__(self, id: str, model: str, kind: str, source: str, description: str,
                  load: Callable[[], tuple[dict, dict | None]], recorded: dict[str, Tolerance] | None = None,
-                 calibrated: dict[str, Tolerance] | None = None):
+                 calibrated: dict[str, Tolerance] | None = None, backend: str = "numba"):
         self.id, self.model, self.kind, self.source, self.description = id, model, kind, source, description
+        self.backend = backend
         self._load = load
         self._tolerances: dict[tuple[str, str], dict[str, Tolerance]] = {}     # (precision, policy) → tolerances
         if recorded is not None:
@@ -83,7 +87,7 @@ class Case:
         """The oracle's outputs and the intermediates its model keeps (``contract.oracle_outputs``): the
         stored expected.npz and intermediates.npz, or computed now (random cases)."""
         stored = self._data[1]
-        return stored if stored is not None else oracle_outputs(self.kind, self.inputs)
+        return stored if stored is not None else oracle_outputs(self.kind, self.inputs, self.backend)
 
     def tolerances(self, precision: str = "float64", policy: str | None = None) -> dict[str, Tolerance]:
         """name → tolerance of every expected array under ``policy`` at ``precision``
@@ -100,7 +104,7 @@ class Case:
     def float32_terms(self) -> tuple[dict, dict]:
         """The float32 envelope's measured terms (:func:`ntpref.oracle.policies.envelope.measured`), which both
         float32 policies read."""
-        return measured(self.spec, self.kind, self.inputs, self.expected)
+        return measured(self.spec, self.kind, self.inputs, self.expected, self.backend)
 
     def calibrate(self, exact_values: dict[str, np.ndarray]) -> dict[str, Tolerance]:
         """The calibrated float64 tolerances (:func:`ntpref.oracle.policies.calibrated.calibrated_tolerances`)
@@ -148,29 +152,33 @@ def _stored_loader(root: Path, name: str, entry: dict) -> Callable[[], tuple[dic
 
 
 # --- random cases -----------------------------------------------------------------------------------
-def random_cases(models: Iterable[str] | None = None, n: int = DEFAULT_RANDOM, seed: int = 0) -> list[Case]:
-    """``n`` random cases per model from ``seed`` (module docstring); the oracle's outputs are the expected.
-    A case is made once per process (:func:`random_case`), so what it computes on first use (the oracle's
-    outputs, the exact run of its calibrated tolerances) serves every later run of it."""
+def random_cases(models: Iterable[str] | None = None, n: int = DEFAULT_RANDOM, seed: int = 0,
+                 backend: str = AUTO) -> list[Case]:
+    """``n`` random cases per model from ``seed`` (module docstring); the oracle's outputs, computed by
+    ``backend`` (:func:`random_case`), are the expected. A case is made once per process, so what it computes
+    on first use (the oracle's outputs, the exact run of its calibrated tolerances) serves every later run of it."""
     models = check_models(models)
     n = as_scalar("random", n, kind="int", low=0)
     seed = as_scalar("seed", seed, kind="int", low=0)
-    return [random_case(model, j, seed) for model in models for j in range(n)]
+    return [random_case(model, j, seed, backend) for model in models for j in range(n)]
 
 
 @lru_cache(maxsize=1024)
-def random_case(model: str, j: int, seed: int) -> Case:
+def random_case(model: str, j: int, seed: int, backend: str = AUTO) -> Case:
     """Random case ``j`` of ``model`` from ``seed``: the regime ``j mod r`` of the model's r regimes, drawn
-    from ``np.random.default_rng([seed, model index, j])``."""
+    from ``np.random.default_rng([seed, model index, j])``; its oracle runs use ``backend`` ("auto": the one
+    :func:`ntpref.backend.resolve` picks for its input, the NumPy backend at these sizes)."""
     regimes = list(SPECS[model].regimes.items())
     name, make = regimes[j % len(regimes)]
     kind, inputs, description = make(np.random.default_rng([seed, NAMES.index(model), j]))
-    return Case(f"r{seed}_{model}_{j}_{name}", model, kind, "random", description,
-                lambda: ({"model": np.array(model), **inputs}, None))
+    arrays = {"model": np.array(model), **inputs}
+    return Case(f"r{seed}_{model}_{j}_{name}", model, kind, "random", description, lambda: (arrays, None),
+                backend=resolve(backend, kind, arrays))
 
 
 def cases(models: Iterable[str] | None = None, random: int = DEFAULT_RANDOM, seed: int = 0, stored: bool = True,
-          root: str | os.PathLike | None = None) -> list[Case]:
+          root: str | os.PathLike | None = None, backend: str = AUTO) -> list[Case]:
     """The stored eval/train cases of ``models`` (unless ``stored`` is False), then ``random`` random cases per
-    model from ``seed``. Cheap: inputs, expected outputs and tolerances are computed when first used."""
-    return (stored_cases(models, root) if stored else []) + random_cases(models, random, seed)
+    model from ``seed`` whose oracle runs use ``backend``. Cheap: inputs, expected outputs and tolerances are
+    computed when first used."""
+    return (stored_cases(models, root) if stored else []) + random_cases(models, random, seed, backend)

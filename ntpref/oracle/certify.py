@@ -49,6 +49,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from ..backend import AUTO, CHOICES
 from ..checks import check_backend, did_you_mean, integer_at_least, positive_argument
 from ..errors import InputError
 from ..progress import Progress
@@ -253,7 +254,7 @@ def truncated(case: Case, steps: int) -> Case:
         return case
     inputs = {**case.inputs, **{k: np.array(v) for k, v in cut.items()}}
     return Case(f"{case.id}[:{steps}]", case.model, case.kind, case.source,
-                f"{case.description} (at most {steps} updates per stage)", lambda: (inputs, None))
+                f"{case.description} (at most {steps} updates per stage)", lambda: (inputs, None), backend=case.backend)
 
 
 def _tolerances(case: Case, names: list[str]) -> dict[str, Tolerance]:
@@ -262,14 +263,15 @@ def _tolerances(case: Case, names: list[str]) -> dict[str, Tolerance]:
     tols = dict(case.tolerances("float64", "bound"))
     missing = [n for n in names if n not in tols]
     if missing:
-        tols.update(bound_tolerances(case.model, case.kind, case.inputs, dict.fromkeys(missing)))
+        tols.update(bound_tolerances(case.model, case.kind, case.inputs, dict.fromkeys(missing), backend=case.backend))
     return tols
 
 
 def certify_case(case: Case, backend: str = "numba", steps: int | None = None) -> CaseResult:
     """The certification of one case (module docstring); a train case cut to ``steps`` updates per stage
-    (:func:`truncated`) when given."""
-    check_backend(backend)
+    (:func:`truncated`) when given. ``backend`` "auto": the case's own (:attr:`Case.backend`: a stored
+    case's Numba, a random case's the one that computed its expected values)."""
+    backend = case.backend if backend == AUTO else check_backend(backend)
     exact = exact_backend()
     if case.kind not in KINDS:
         raise InputError(f"case '{case.id}' is of kind {case.kind!r}; certify takes {', '.join(KINDS)}")
@@ -291,7 +293,7 @@ def certify_case(case: Case, backend: str = "numba", steps: int | None = None) -
                       notes, seconds, calibrated)
 
 
-def certify(cases: Iterable[Case], backend: str = "numba", steps: int | None = None) -> Report:
+def certify(cases: Iterable[Case], backend: str = AUTO, steps: int | None = None) -> Report:
     """:func:`certify_case` of every case, in order."""
     return Report(certify_case(case, backend, steps) for case in cases)
 
@@ -362,7 +364,7 @@ def heartbeat(progress, case: str, done: int, total: int):
 
 
 def _handle(args) -> int:
-    if args.record and (args.steps is not None or args.backend != "numba"):
+    if args.record and (args.steps is not None or args.backend == "numpy"):
         raise InputError("--record stores what certifies the stored files: whole runs of the numba backend "
                          "(no --steps, no --backend numpy)")
     random = args.random if args.random is not None else (0 if args.cases else DEFAULT_RANDOM)
@@ -375,7 +377,8 @@ def _handle(args) -> int:
                 with time_bound(args.timeout):
                     result = certify_case(case, args.backend, args.steps)
             except CaseTimeout:
-                result = CaseResult.timed_out(case, args.backend, args.steps, args.timeout)
+                result = CaseResult.timed_out(case, case.backend if args.backend == AUTO else args.backend,
+                                              args.steps, args.timeout)
         report.append(result)
         print("\n".join(result.lines(width)), flush=True)
     print(report.summary())
@@ -393,7 +396,7 @@ def _handle(args) -> int:
 
 
 def register(subparsers) -> None:
-    """Add ``ntpref certify [CASE ...] [--kind K] [--steps N] [--random N] [--seed S] [--backend numba|numpy]
+    """Add ``ntpref certify [CASE ...] [--kind K] [--steps N] [--random N] [--seed S] [--backend auto|numba|numpy]
     [--root DIR]``."""
     text = "measure the oracle's float64 outputs (eval, train trajectories, NTK) against the exact backend"
     p = subparsers.add_parser("certify", help=text, description=text + " (mpmath, 50 digits, from the same "
@@ -413,7 +416,10 @@ def register(subparsers) -> None:
                         "given)")
     p.add_argument("--seed", type=integer_at_least(0), default=0, metavar="S",
                    help="seed of the random cases (default 0)")
-    p.add_argument("--backend", choices=("numba", "numpy"), default="numba", help="the oracle's backend")
+    p.add_argument("--backend", choices=CHOICES, default=AUTO,
+                   help="the oracle's backend: 'auto' (the default) is each case's own, the stored cases' numba "
+                        "(their stored values) and for a random case the one 'ntpref eval --backend auto' picks "
+                        "for its input (numpy at their sizes)")
     p.add_argument("--root", metavar="DIR", help="reference directory of the stored cases (default: as ntpref verify)")
     p.add_argument("--timeout", type=positive_argument, metavar="SECONDS",
                    help="time bound of each case: a case still running after it is stopped and reported as not "

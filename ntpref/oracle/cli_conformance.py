@@ -7,13 +7,14 @@ import sys
 import traceback
 from pathlib import Path
 
+from ..backend import AUTO, CHOICES
 from ..checks import integer_at_least, positive_argument
 from ..errors import InputError
 from ..models import NAMES
 from ..npzio import atomic_write, check_output
 from ..shipped import ADAPTERS, FAIL_ON_PURPOSE, adapter_path
 from .adapters import FUNCTIONS, AdapterError, load_adapter
-from .cases import DEFAULT_RANDOM, KINDS
+from .cases import DEFAULT_RANDOM, KINDS, random_cases
 from .policies import DESCRIPTIONS, POLICIES, PRECISIONS, check_policy
 from .command_adapter import DEFAULT_TIMEOUT, NOT_IMPLEMENTED, CommandAdapter
 from .conformance import run
@@ -50,10 +51,12 @@ def _handle(args) -> int:
         defined = [FUNCTIONS[k] for k in FUNCTIONS if adapter.function(k) and args.kind in (None, k)]
         args.policy = check_policy(args.precision, args.policy)     # before the header, not at the first case
         policy = DESCRIPTIONS[args.precision, args.policy]
-        print(f"conformance of {adapter.name} ({', '.join(defined)}) under the {policy}; random cases from seed {args.seed}")
+        print(f"conformance of {adapter.name} ({', '.join(defined)}) under the {policy}; random cases from seed "
+              f"{args.seed}; {_backends_text(args)}")
         reports = run(adapter, args.model, args.random, args.seed, args.precision, not args.no_stored, args.root,
                       progress=lambda r: print(r.summary(), flush=True), skip_outputs=args.skip_output,
-                      kind=args.kind, policy=args.policy, accept_unchecked=args.accept_unchecked)
+                      kind=args.kind, policy=args.policy, accept_unchecked=args.accept_unchecked,
+                      backend=args.backend)
     except AdapterError as exc:
         if exc.__cause__ is not None:
             print(_adapter_traceback(exc.__cause__), end="", file=sys.stderr)
@@ -66,11 +69,26 @@ def _handle(args) -> int:
         print("(float32 results cannot meet the float64 policy: judge them with --precision float32)")
     print(line)
     if args.json:
-        document = {"adapter": adapter.name, "precision": args.precision, "policy": args.policy, "seed": args.seed,
+        document = {"adapter": adapter.name, "precision": args.precision, "policy": args.policy,
+                    "backend": args.backend, "seed": args.seed,
                     "random": args.random, "models": list(args.model or NAMES), "total": line, "ok": ok,
                     "cases": [r.to_dict() for r in reports]}
         atomic_write(args.json, lambda fh: fh.write(json.dumps(document, indent=1).encode()))
     return 0 if ok else 1
+
+
+def _backends_text(args) -> str:
+    """Which backend of the oracle computes the expected values: the random cases' (counted per backend, with
+    "auto" when it chose) and the stored cases' (Numba, stored)."""
+    chosen = {}
+    for case in random_cases(args.model, args.random, args.seed, args.backend):
+        if args.kind in (None, case.kind):
+            chosen[case.backend] = chosen.get(case.backend, 0) + 1
+    parts = [f"{backend} for {n} random case{'s' if n != 1 else ''}" for backend, n in sorted(chosen.items())]
+    if not args.no_stored:
+        parts.append("numba for the stored cases (their stored values)")
+    how = " (auto: by each input's size)" if args.backend == AUTO and chosen else ""
+    return "expected values by the oracle's " + ", ".join(parts) + how if parts else "no cases"
 
 
 def register(subparsers) -> None:
@@ -114,6 +132,11 @@ def register(subparsers) -> None:
                         "scaled by 2^29 plus the response to the inputs rounded to float32; bound: the running "
                         "error bound every correct float64 program meets, in float32 the float32 envelope")
     p.add_argument("--no-stored", action="store_true", help="only the random cases")
+    p.add_argument("--backend", choices=CHOICES, default=AUTO,
+                   help="the oracle's backend that computes the random cases' expected values and the tolerance "
+                        "policies' runs of them: 'auto' (the default) picks numpy for a small input (all of the "
+                        "random cases: no Numba compilation), numba otherwise (ntpref eval --help); the stored "
+                        "cases keep their stored Numba values")
     p.add_argument("--root", metavar="DIR", help="reference directory of the stored cases (default: as ntpref verify)")
     p.add_argument("--skip-output", action="append", default=[], metavar="NAME",
                    help="accept that no case returns this output (an eval or train output; repeatable)")

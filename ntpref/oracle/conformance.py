@@ -83,18 +83,19 @@ def _check_names(option: str, names: Iterable[str], selected: list[Case]) -> Non
 def run(adapter, models=None, random: int = DEFAULT_RANDOM, seed: int = 0, precision: str = "float64",
         stored: bool = True, root=None, progress: Callable[[CaseReport], None] | None = None,
         skip_outputs: Iterable[str] = (), kind: str | None = None, policy: str | None = None,
-        accept_unchecked: Iterable[str] = ()) -> RunReport:
+        accept_unchecked: Iterable[str] = (), backend: str = "auto") -> RunReport:
     """:func:`check` on every case of ``models`` whose kind the adapter defines (and is ``kind``, "eval" or
     "train", when given): the stored cases (of ``root``; none when ``stored`` is False) and ``random``
     random cases per model from ``seed``. ``adapter`` is anything :func:`load_adapter` takes, a
     :class:`CommandAdapter` included. ``progress`` sees each report as it is made, and again when a later
     case fails it (:meth:`RunReport.settle`). ``skip_outputs`` names required outputs the run passes without,
     ``accept_unchecked`` arrays it passes with although their tolerance admitted every value on some case
-    (InputError for a name no case outputs); ``policy``: the tolerance policy (:func:`check`)."""
+    (InputError for a name no case outputs); ``policy``: the tolerance policy (:func:`check`); ``backend``: the
+    oracle's backend of the random cases (:func:`ntpref.oracle.cases.random_case`; "auto" by default)."""
     if kind is not None and kind not in KINDS:
         raise InputError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
     adapter = load_adapter(adapter)
-    selected = [case for case in cases(models, random, seed, stored, root)
+    selected = [case for case in cases(models, random, seed, stored, root, backend)
                 if adapter.function(case.kind) and kind in (None, case.kind)]
     skip_outputs, accept_unchecked = list(skip_outputs), list(accept_unchecked)
     _check_names("--skip-output", skip_outputs, selected)

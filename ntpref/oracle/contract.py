@@ -11,7 +11,8 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 
-from ..checks import as_scalar, check_backend, require_finite, require_mapping
+from ..backend import describe, resolve
+from ..checks import as_scalar, require_finite, require_mapping
 from ..errors import InputError, NtprefError
 from ..models import NAMES, spec_named
 from ..progress import silent
@@ -49,30 +50,35 @@ def _finite_outputs(compute: Callable[[], dict]) -> dict[str, np.ndarray]:
 
 
 def evaluate(arrays: Mapping[str, np.ndarray], backend: str = "numba") -> dict[str, np.ndarray]:
-    """Outputs of ``ntpref eval`` for an input dict (see docs/contract.md)."""
-    check_backend(backend)
+    """Outputs of ``ntpref eval`` for an input dict (see docs/contract.md); ``backend`` "numba", "numpy" or
+    "auto" (:func:`ntpref.backend.resolve`: the bits of the backend it picks)."""
     spec, rest = _split(arrays)
+    backend = resolve(backend, "eval", arrays)
     return _finite_outputs(lambda: spec.evaluate(rest, backend))
 
 
 def train(arrays: Mapping[str, np.ndarray], backend: str = "numba",
           progress: Callable[[str, int, int], None] = silent) -> dict[str, np.ndarray]:
-    """Outputs of ``ntpref train`` for an input dict (see docs/contract.md)."""
-    check_backend(backend)
+    """Outputs of ``ntpref train`` for an input dict (see docs/contract.md); ``backend`` as for :func:`evaluate`."""
     spec, rest = _split(arrays)
+    backend = resolve(backend, "train", arrays)
     return _finite_outputs(lambda: spec.train(rest, backend, progress))
 
 
-def oracle_outputs(kind: str, arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+def oracle_outputs(kind: str, arrays: Mapping[str, np.ndarray], backend: str = "numba") -> dict[str, np.ndarray]:
     """The outputs of an eval / train input (with ``model``) and the intermediates its model keeps beside
-    them (the shallow transformer's head states of an evaluation), which a conformance adapter may return."""
-    out = evaluate(arrays) if kind == "eval" else train(arrays)
-    return {**out, **model_of(arrays).intermediates(kind, arrays)}
+    them (the shallow transformer's head states of an evaluation), which a conformance adapter may return,
+    computed by ``backend`` ("numba" | "numpy")."""
+    out = evaluate(arrays, backend) if kind == "eval" else train(arrays, backend)
+    return {**out, **model_of(arrays).intermediates(kind, arrays, backend)}
 
 
 def run_file(kind: str, input_path, output_path, backend: str = "numba",
-             progress: Callable[[str, int, int], None] = silent) -> dict[str, np.ndarray]:
-    """Read ``input_path``, run ``kind`` ("eval" | "train"), write ``output_path`` atomically.
+             progress: Callable[[str, int, int], None] = silent,
+             announce: Callable[[str], None] = lambda text: None) -> dict[str, np.ndarray]:
+    """Read ``input_path``, run ``kind`` ("eval" | "train"), write ``output_path`` atomically; then ``announce``
+    is called with the backend that computed it (:func:`ntpref.backend.describe`: for "auto", its choice), so
+    that a failing run's stderr stays its one error line.
 
     Errors (InputError, InfeasibleError) are re-raised with the same type, prefixed with the input file's name.
     """
@@ -84,4 +90,5 @@ def run_file(kind: str, input_path, output_path, backend: str = "numba",
     except NtprefError as exc:
         raise type(exc)(f"{input_path}: {exc}") from None
     save_npz(output_path, out)
+    announce(describe(backend, kind, arrays))
     return out

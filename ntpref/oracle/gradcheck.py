@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterable, Mapping
 
 import numpy as np
 
+from ..backend import AUTO, CHOICES, HELP, describe
 from ..checks import integer_at_least, positive_argument
 from ..errors import InputError, NtprefError
 from .compare import Report, compare_arrays
@@ -164,6 +165,7 @@ def _handle(args) -> int:
         raise InputError(f"{source}: no gradient arrays (named grad_P or grad0_P)")
     report = _check(targets, inputs, given, args.eps, args.rtol, args.atol, args.max_entries, args.seed)
     not_given = [name for name in ours if _GRAD.fullmatch(name) and name not in given]
+    print(f"the oracle's backend: {describe(args.backend, 'eval', inputs)}")
     print(report.table())
     if ignored and args.grads:
         print(f"(not gradients, ignored: {', '.join(ignored)})")
@@ -188,5 +190,5 @@ def register(subparsers) -> None:
     p.add_argument("--max-entries", type=integer_at_least(1, " (every array gets at least one entry checked)"), default=None, metavar="N",
                    help="check N >= 1 random entries per array (default all)")
     p.add_argument("--seed", type=integer_at_least(0), default=0, help="seed of the entry sample")
-    p.add_argument("--backend", choices=("numba", "numpy"), default="numba")
+    p.add_argument("--backend", choices=CHOICES, default=AUTO, help=HELP)
     p.set_defaults(func=_handle)

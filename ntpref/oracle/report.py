@@ -104,7 +104,7 @@ class CaseReport:
                  "max_rel_err": _number(r.max_rel_err), "tolerance": r.tolerance,
                  "err/tol": _number(r.ratio), "ok": r.ok, "note": r.note} for r in self.rows]
         return {"case": self.case.id, "model": self.case.model, "kind": self.case.kind, "source": self.case.source,
-                "description": self.case.description, "status": self.status, "skipped": self.skipped,
+                "description": self.case.description, "backend": self.case.backend, "status": self.status, "skipped": self.skipped,
                 "error": self.error,
                 "rows": rows, "unknown": self.unknown, "not_returned": self.not_returned, "left_out": self.left_out,
                 "departure": None if self.departure is None else {"array": self.departure[0], "step": self.departure[1]},

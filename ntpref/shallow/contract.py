@@ -84,6 +84,26 @@ def train_outputs(model: str) -> tuple[str, ...]:
     return model_named(model).blocks + trajectories(model)
 
 
+#: Seconds of the NumPy backend per sample, position and parameter of one pass (n · T · the blocks' sizes;
+#: measured 1.3–3e-9 for the transformer, whose heads are matrix products, and 0.9–1.7e-8 for the IndRNN, whose
+#: recurrence steps through T in Python).
+NUMPY_UNIT = {"shallow": 3e-9, "indrnn": 2e-8}
+
+
+def numpy_cost(model: str, kind: str, arrays: Mapping[str, np.ndarray]) -> tuple[int, float]:
+    """(passes, seconds per pass) of the NumPy backend on an eval / train input of ``model``, from its sizes
+    alone (:mod:`ntpref.backend`): one pass for an evaluation, ``steps`` for training, each over the
+    ``batch`` (default n) training and the n_val validation samples: (batch + n_val) · T · Σ |block| ·
+    NUMPY_UNIT (X [n, T, d], X_val [n_val, T, d])."""
+    n, T, _ = np.shape(arrays["X"])
+    size = sum(np.size(arrays[b]) for b in model_named(model).blocks)
+    if kind == "eval":
+        return 1, NUMPY_UNIT[model] * n * T * size
+    samples = int(arrays["batch"]) if "batch" in arrays else n
+    samples += np.shape(arrays["X_val"])[0] if "X_val" in arrays else 0
+    return int(arrays["steps"]), NUMPY_UNIT[model] * samples * T * size
+
+
 def input_options(model: str, arrays: Mapping[str, np.ndarray]) -> dict:
     """The options of ``model``'s ``prepare`` present in the arrays of an input (shallow: tau_att,
     mask_last_key, activation; indrnn: activation), as Python values; absent options are left out."""

@@ -44,7 +44,7 @@ class _Heads(NamedTuple):
     count: int
 
 
-def _heads(data, U, W) -> _Heads:
+def _heads(data, U, W, backend: str = "numba") -> _Heads:
     """Head states from :func:`ntpref.shallow.head_states` on prepared data and their magnitudes.
 
     A_j = max_t |x_t| over the keys bounds every convex combination Σ_t α_t |x_t|;
@@ -52,7 +52,7 @@ def _heads(data, U, W) -> _Heads:
     M(MU) = R A (A^T |U_i| + |s|) + A (A^T |U_i| + M(s)) (MU = Σ_t α_t x_t (x_t^T U_i − s)),
     M(σ) = |σ| + |σ'| M(s), M(σ') = |σ'| + D M(s) (D ≥ sup |σ''|, the activation table's ``d2_bound``).
     """
-    s, a, MU = head_states(data, U, W)
+    s, a, MU = head_states(data, U, W, backend=backend)
     X, tau, n_keys = data.X, data.tau_att, data.n_keys
     A = np.abs(X[:, :n_keys]).max(axis=1)                                   # [n, d]
     q = np.abs(X[:, -1])
@@ -76,11 +76,11 @@ def _residual_scales(Mf: np.ndarray, r: np.ndarray, kappa: float):
     return np.array(Mloss), kappa * r / n, kappa / n * Mr
 
 
-def shallow_scales(data, c, U, W, kappa: float) -> Scales:
+def shallow_scales(data, c, U, W, kappa: float, backend: str = "numba") -> Scales:
     """Magnitudes of f, loss, grad_c, grad_U, grad_W and the head states (head_s, head_a, head_MU) on
     prepared data with targets (:func:`ntpref.shallow.prepare`)."""
     y = data.y
-    h = _heads(data, U, W)
+    h = _heads(data, U, W, backend)
     n, m = h.s.shape
     sm = math.sqrt(m)
     f = h.sig @ c / sm
@@ -98,11 +98,11 @@ def shallow_scales(data, c, U, W, kappa: float) -> Scales:
     return Scales(M, h.count + n + m)
 
 
-def ntk_scales(data, c, U, W) -> Scales:
+def ntk_scales(data, c, U, W, backend: str = "numba") -> Scales:
     """Magnitudes of the NTK Gram matrix gram [n, n] and the head states (kind "ntk"):
     K_jl = (1/m) Σ_i [σ_ji σ_li + c_i² σ'_ji σ'_li (⟨a_ji, a_li⟩ + τ^{-2} ⟨MU_ji, MU_li⟩ ⟨q_j, q_l⟩)],
     M of each product = Σ over its factors of M(factor) · Π |other factors| (prepared data, no targets needed)."""
-    h = _heads(data, U, W)
+    h = _heads(data, U, W, backend)
     m = h.s.shape[1]
     qq = h.q @ h.q.T / h.tau ** 2
 
@@ -117,11 +117,11 @@ def ntk_scales(data, c, U, W) -> Scales:
 
 
 # --- IndRNN -----------------------------------------------------------------------------------------
-def indrnn_scales(data, c, u, W_in, kappa: float) -> Scales:
+def indrnn_scales(data, c, u, W_in, kappa: float, backend: str = "numba") -> Scales:
     """Magnitudes of f, loss, grad_c, grad_u, grad_W_in (docs/shallow.md §6), from the hidden states
     h_t and pre-activations p_t of the oracle's recurrence: M(p_t) = |W_in| |x_t| + |u| M(h_{t−1}),
     M(h_t) = |h_t| + |σ'(p_t)| M(p_t), and backwards through time M(ε_t) = M(δ_t)|σ'| + |δ_t|(|σ'| + D M(p_t))
-    (D ≥ sup |σ''|, the activation table's ``d2_bound``)."""
+    (D ≥ sup |σ''|, the activation table's ``d2_bound``). The recurrence is NumPy's whatever ``backend``."""
     X, y, name = data.X, data.y, data.activation
     d2 = activation(name).d2_bound
     n, T, d = X.shape
@@ -153,14 +153,15 @@ def indrnn_scales(data, c, u, W_in, kappa: float) -> Scales:
 
 
 # --- the policy's entry points ------------------------------------------------------------------------
-def magnitudes(model: str, scales: Callable, inputs: Mapping[str, np.ndarray], kind: str = "eval"):
+def magnitudes(model: str, scales: Callable, inputs: Mapping[str, np.ndarray], kind: str = "eval",
+               backend: str = "numba"):
     """name → (M, K) of every output of an eval input of ``model`` (kind "eval", the magnitudes of
     ``scales(data, *params, kappa)``), or of the NTK Gram matrix and head states of a shallow input (kind
-    "ntk", :func:`ntk_scales`)."""
+    "ntk", :func:`ntk_scales`); the head states they start from by ``backend``."""
     spec = model_named(model)
     data = input_data(model, inputs)
     params = spec.check_params(*(inputs[b] for b in spec.blocks), d=data.X.shape[2])
-    sc = ntk_scales(data, *params) if kind == "ntk" else scales(data, *params, input_kappa(inputs))
+    sc = ntk_scales(data, *params, backend) if kind == "ntk" else scales(data, *params, input_kappa(inputs), backend)
     return {k: (v, sc.count) for k, v in sc.M.items()}
 
 
@@ -169,15 +170,16 @@ def _per_batch(inputs: Mapping[str, np.ndarray]) -> float:
     return np.shape(inputs["X"])[0] / as_scalar("batch", inputs["batch"], kind="int") if "batch" in inputs else 1.0
 
 
-def _ends(model: str, scales: Callable, inputs: Mapping[str, np.ndarray], out: Mapping[str, np.ndarray], **data):
+def _ends(model: str, scales: Callable, inputs: Mapping[str, np.ndarray], out: Mapping[str, np.ndarray],
+          backend: str = "numba", **data):
     """name → (M, K) at the first and at the last parameters of a run (``data`` replaces X, y)."""
     base = {k: v for k, v in inputs.items() if k not in train_only(model)}
     final = {b: out[b] for b in model_named(model).blocks}
-    return [magnitudes(model, scales, {**base, **data, **e}) for e in ({}, final)]
+    return [magnitudes(model, scales, {**base, **data, **e}, backend=backend) for e in ({}, final)]
 
 
 def train_tolerances(model: str, scales: Callable, inputs: Mapping[str, np.ndarray], out: Mapping[str, np.ndarray],
-                     names, response: Callable[[dict], dict]) -> dict[str, dict]:
+                     names, response: Callable[[dict], dict], backend: str = "numba") -> dict[str, dict]:
     """The float64 tolerances of the outputs ``names`` of a ProjGD / ProjSGD run with the oracle's outputs ``out``.
 
     θ(t+1) = Π(θ(t) − η g). The injection per block is U·max|θ| + η γ_K max M(g)
@@ -189,7 +191,7 @@ def train_tolerances(model: str, scales: Callable, inputs: Mapping[str, np.ndarr
     eta = as_scalar("eta", inputs["eta"])
     steps = as_scalar("steps", inputs["steps"], kind="int")
     per_batch = _per_batch(inputs)
-    train_sc = _ends(model, scales, inputs, out)
+    train_sc = _ends(model, scales, inputs, out, backend)
     count = train_sc[0]["loss"][1]
     eps = {b: U * max(max_abs(inputs[b]), max_abs(out[b])) + eta * per_batch * gamma(count) * max(
         max_abs(sc[f"grad_{b}"][0]) for sc in train_sc) for b in blocks}
@@ -197,7 +199,7 @@ def train_tolerances(model: str, scales: Callable, inputs: Mapping[str, np.ndarr
     floors = {"train_loss": max(float(sc["loss"][0]) for sc in train_sc),
               f"grad_norm_{logged}": per_batch * max(float(np.linalg.norm(sc[f"grad_{logged}"][0])) for sc in train_sc)}
     if "X_val" in inputs:
-        val = _ends(model, scales, inputs, out, X=inputs["X_val"], y=inputs["y_val"])
+        val = _ends(model, scales, inputs, out, backend, X=inputs["X_val"], y=inputs["y_val"])
         floors["val_loss"] = max(float(sc["loss"][0]) for sc in val)
     tols = {}
     for name in names:
@@ -216,22 +218,23 @@ def _largest(ends: list[dict], name: str, reduce=np.max) -> float:
 
 
 def float32_scales(model: str, scales: Callable, inputs: Mapping[str, np.ndarray],
-                   expected: Mapping[str, np.ndarray]) -> dict[str, float]:
+                   expected: Mapping[str, np.ndarray], backend: str = "numba") -> dict[str, float]:
     """name → M_q of the training outputs evaluated from terms (losses, the logged gradient norm, ×n/B for
     ProjSGD), the larger at the first and the last parameters."""
-    ends = _ends(model, scales, inputs, expected)
+    ends = _ends(model, scales, inputs, expected, backend)
     logged = model_named(model).logged
     out = {"train_loss": _largest(ends, "loss"),
            f"grad_norm_{logged}": _per_batch(inputs) * _largest(ends, f"grad_{logged}", np.linalg.norm)}
     if "X_val" in inputs:
-        out["val_loss"] = _largest(_ends(model, scales, inputs, expected, X=inputs["X_val"], y=inputs["y_val"]), "loss")
+        out["val_loss"] = _largest(_ends(model, scales, inputs, expected, backend, X=inputs["X_val"], y=inputs["y_val"]),
+                                   "loss")
     return out
 
 
 def update_directions(model: str, scales: Callable, inputs: Mapping[str, np.ndarray],
-                      expected: Mapping[str, np.ndarray]) -> dict[str, float]:
+                      expected: Mapping[str, np.ndarray], backend: str = "numba") -> dict[str, float]:
     """block → n/B · max M(∇θ) at the first and the last parameters: the magnitude of one update's direction."""
-    ends = _ends(model, scales, inputs, expected)
+    ends = _ends(model, scales, inputs, expected, backend)
     return {b: _per_batch(inputs) * _largest(ends, f"grad_{b}") for b in model_named(model).blocks}
 
 

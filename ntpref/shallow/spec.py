@@ -20,6 +20,7 @@ def _spec(model: str, description: str, scales: Callable, extra_kinds: dict, int
         trajectories=contract.trajectories(model), diagnostics=diagnostics, not_bitwise={},
         blocks=dict.fromkeys(contract.model_named(model).blocks, "eta"),
         evaluate=partial(contract.evaluate, model), train=partial(contract.train, model),
+        numpy_cost=partial(contract.numpy_cost, model),
         timeline=partial(contract.timeline, model),
         extra_kinds=extra_kinds, intermediates=intermediates, magnitudes=partial(magnitudes.magnitudes, model, scales),
         train_tolerances=partial(magnitudes.train_tolerances, model, scales),

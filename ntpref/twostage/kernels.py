@@ -123,20 +123,20 @@ def congruence(A, M):
     return B
 
 
-@njit(cache=True, error_model="numpy", inline="always")
+@njit(cache=True, error_model="numpy")
 def _exp_inplace(x):
     """x ← e^x elementwise for a contiguous 1-D x, as one loop over it (module docstring: the exponential loop)."""
     for j in range(x.shape[0]):
         x[j] = vmath.exp(x[j])
 
 
-@njit(cache=True, error_model="numpy", inline="always")
+@njit(cache=True, error_model="numpy")
 def _exp_rows(X, i0, i1):
     """Rows i0..i1-1 of a C-contiguous 2-D X exponentiated in place, as one loop over their entries."""
     _exp_inplace(X[i0:i1].reshape((i1 - i0) * X.shape[1]))
 
 
-@njit(cache=True, error_model="numpy", inline="always")
+@njit(cache=True, error_model="numpy")
 def _first_argmax_score(i, tokens, lengths, Bkq):
     """(l1, s_l1): the first arg max of the scores s_l = B_kq[τ_l, q] of sentence i and its score."""
     q = tokens[i, lengths[i] - 1]
@@ -150,7 +150,7 @@ def _first_argmax_score(i, tokens, lengths, Bkq):
     return l1, s1
 
 
-@njit(cache=True, error_model="numpy", inline="always")
+@njit(cache=True, error_model="numpy")
 def _forward_rows(i0, i1, tokens, lengths, targets, BovT, Bkq, ws):
     """Forward pass of sentences i0..i1-1, phases 1–3 of the module docstring, into the slots ``ws``.
 
@@ -220,7 +220,7 @@ def _forward_rows(i0, i1, tokens, lengths, targets, BovT, Bkq, ws):
             m[i] = r_max - losses[i]
 
 
-@njit(cache=True, error_model="numpy", inline="always")
+@njit(cache=True, error_model="numpy")
 def _sentence_a(i, tokens, lengths, BovT, g, a):
     """a[i, l] = Σ_v g[i, v] B_ov[v, τ_l], v = 0..K-1 in order (a = X^T W_ov^T E g; BovT = B_ov^T): a from
     g = g_z, ã from g = g̃."""
@@ -232,7 +232,7 @@ def _sentence_a(i, tokens, lengths, BovT, g, a):
         a[i, l] = acc
 
 
-@njit(cache=True, error_model="numpy", inline="always")
+@njit(cache=True, error_model="numpy")
 def _naive_rows(i0, i1, tokens, lengths, BovT, ws):
     """Plain float64 gradients of sentences i0..i1-1 (docs/twostage.md §3) into the slots ``ws``:
     e_m[i] = e^{m_i} (one exponential loop), gz[i] = g_z = e^m g̃, a[i] = X^T W_ov^T E g_z,
@@ -254,7 +254,7 @@ def _naive_rows(i0, i1, tokens, lengths, BovT, ws):
             gs[i, l] = attn[i, l] * (a[i, l] - pa)
 
 
-@njit(cache=True, error_model="numpy", inline="always")
+@njit(cache=True, error_model="numpy")
 def _kq_stable_rows(i0, i1, tokens, lengths, weights, BovT, Bkq, ws):
     """Log-scaled attention gradients of sentences i0..i1-1 (module docstring) into the slots ``ws``:
     a[i] = ã from g̃, D[i] = D_l, gap[i] = s_2 - s_1, v[i] = v_l (1 on A and padding), then gst[i] = g̃_s
@@ -335,7 +335,7 @@ def _rows(i0, i1, mode, tokens, lengths, targets, weights, BovT, Bkq, slot_tuple
             ws.lam[i] = ws.m[i] + math.log(weights[i]) if weights[i] > 0.0 and ws.m[i] > -np.inf else -np.inf
 
 
-@njit(cache=True, error_model="numpy", inline="always")
+@njit(cache=True, error_model="numpy")
 def _results(ws, mode):
     """The :class:`Results` of a pass in ``mode`` from its slots ``ws``: what :func:`reduce` sums, with gz,
     gs the factors of the gradients, g_z and g_s in MODE_GRAD, g̃ and g̃_s (slots gzt, gst) in the stable

@@ -47,9 +47,9 @@ class _Sentences(NamedTuple):
     fw: object          # the oracle's twostage.Forward (loss, losses, logits, attn)
 
 
-def _sentences(prep, W_ov: np.ndarray, W_kq: np.ndarray) -> _Sentences:
-    """The oracle's forward pass on ``prep`` and the magnitudes of s, φ, z (W_ov, W_kq [d, d])."""
-    fw = forward(prep, W_ov, W_kq)
+def _sentences(prep, W_ov: np.ndarray, W_kq: np.ndarray, backend: str = "numba") -> _Sentences:
+    """The oracle's forward pass (by ``backend``) on ``prep`` and the magnitudes of s, φ, z (W_ov, W_kq [d, d])."""
+    fw = forward(prep, W_ov, W_kq, backend=backend)
     E, tokens = prep.E, prep.tokens
     N, Lmax = tokens.shape
     inside = np.arange(Lmax)[None, :] < prep.lengths[:, None]
@@ -67,7 +67,7 @@ def _sentences(prep, W_ov: np.ndarray, W_kq: np.ndarray) -> _Sentences:
     return _Sentences(inside, tok, query, absE, Xabs, Ms, phi, Mphi, Bt, Mz, fw)
 
 
-def twostage_scales(prep, W_ov: np.ndarray, W_kq: np.ndarray | None) -> tuple[Scales, float]:
+def twostage_scales(prep, W_ov: np.ndarray, W_kq: np.ndarray | None, backend: str = "numba") -> tuple[Scales, float]:
     """Magnitudes of loss, logits, attn, grad_W_ov, grad_W_kq (docs/twostage.md §2–§3) on a prepared,
     weighted sentence set (:func:`ntpref.twostage.prepare` or ``prepare_collocations``), and the
     largest exponent magnitude max M(z) + max M(s) (a floor of ρ for the naive NGD direction).
@@ -78,7 +78,7 @@ def twostage_scales(prep, W_ov: np.ndarray, W_kq: np.ndarray | None) -> tuple[Sc
     M(g_s,l) = M(φ_l)(|a_l| + |φ·a|) + φ_l (M(a_l) + M(φ·a)).
     """
     W_kq = np.zeros_like(W_ov) if W_kq is None else W_kq
-    st = _sentences(prep, W_ov, W_kq)
+    st = _sentences(prep, W_ov, W_kq, backend)
     E, w, phi, Mphi, Bt, Xabs = prep.E, prep.weights, st.phi, st.Mphi, st.Bt, st.Xabs
     N, Lmax = prep.tokens.shape
     K, d = E.shape[1], E.shape[0]
@@ -117,7 +117,7 @@ def _log_sum(log_c: np.ndarray, parts: np.ndarray) -> tuple[float, np.ndarray]:
     return top, np.einsum("j,j...->...", np.exp(log_c - top), parts)
 
 
-def stable_accuracy(prep, W_ov: np.ndarray, W_kq: np.ndarray | None, wrt: str) -> float:
+def stable_accuracy(prep, W_ov: np.ndarray, W_kq: np.ndarray | None, wrt: str, backend: str = "numba") -> float:
     """ρ = ‖M(G)‖_F / ‖G‖_F for the log-scale ("stable") direction of ∇_{W_wrt} (wrt "ov" | "kq",
     docs/twostage.md §4.1): the computed G/‖G‖ is then accurate to 2 γ_K ρ. M(G) is the magnitude of
     that computation, which scales each sentence j by e^{λ_j} and never forms p_y − 1 or a_l − φ·a:
@@ -134,10 +134,10 @@ def stable_accuracy(prep, W_ov: np.ndarray, W_kq: np.ndarray | None, wrt: str) -
     The exact values φ, m come from the oracle's logits and scores; ‖G‖ from its stable direction.
     Returns 1 when G = 0 (no step is taken)."""
     W_kq = np.zeros_like(W_ov) if W_kq is None else W_kq
-    direction = ngd_direction(prep, W_ov, W_kq, wrt=wrt, method="stable")
+    direction = ngd_direction(prep, W_ov, W_kq, wrt=wrt, method="stable", backend=backend)
     if direction.log_norm == -np.inf:
         return 1.0
-    st = _sentences(prep, W_ov, W_kq)
+    st = _sentences(prep, W_ov, W_kq, backend)
     E, w = prep.E, prep.weights
     N = w.shape[0]
     rows = np.arange(N)
@@ -192,20 +192,22 @@ def _twostage_data(inputs: Mapping[str, np.ndarray]):
     return ds, as_float("W_ov", inputs["W_ov"], (ds.d, ds.d)), as_float("W_kq", inputs["W_kq"], (ds.d, ds.d))
 
 
-def magnitudes(inputs: Mapping[str, np.ndarray], kind: str = "eval") -> dict[str, tuple[np.ndarray, int]]:
-    """name → (M, K) of every output of an eval input (module docstring); loss0 and grad0_W_ov with succ."""
+def magnitudes(inputs: Mapping[str, np.ndarray], kind: str = "eval", backend: str = "numba") -> dict[str, tuple[np.ndarray, int]]:
+    """name → (M, K) of every output of an eval input (module docstring); loss0 and grad0_W_ov with succ. The
+    oracle's values the magnitudes start from are ``backend``'s."""
     ds, W_ov, W_kq = _twostage_data(inputs)
-    sc, _ = twostage_scales(prepare(ds), W_ov, W_kq)
+    sc, _ = twostage_scales(prepare(ds), W_ov, W_kq, backend)
     out = {k: (v, sc.count) for k, v in sc.M.items()}
     if ds.succ is not None:
-        sc0, _ = twostage_scales(prepare_collocations(ds.E, ds.succ), W_ov, None)
+        sc0, _ = twostage_scales(prepare_collocations(ds.E, ds.succ), W_ov, None, backend)
         out.update(loss0=(sc0.M["loss"], sc0.count), grad0_W_ov=(sc0.M["grad_W_ov"], sc0.count))
     return out
 
 
 def train_tolerances(inputs: Mapping[str, np.ndarray], out: Mapping[str, np.ndarray], names,
-                     response: Callable[[dict], dict]) -> dict[str, dict]:
-    """The float64 tolerances of the outputs ``names`` of a training run with the oracle's outputs ``out``.
+                     response: Callable[[dict], dict], backend: str = "numba") -> dict[str, dict]:
+    """The float64 tolerances of the outputs ``names`` of a training run with the oracle's outputs ``out``
+    (by ``backend``, which also runs the passes the magnitudes start from).
 
     Stage 1 trains W_ov for T0 steps, stage 2 W_kq for T steps with W_ov frozen at the stage-1
     result. Two reruns (``response``) measure the responses D1 (W_ov(0) moved) and D2 (W_kq(0) moved). After t
@@ -221,24 +223,24 @@ def train_tolerances(inputs: Mapping[str, np.ndarray], out: Mapping[str, np.ndar
     W_ov = out["W_ov"]
     stages = {"W_ov": (prep0, [(W_ov, None) for W_ov in (W_ov0, W_ov)], "ov", 1),
               "W_kq": (prep, [(W_ov, W) for W in (W_kq0, out["W_kq"])], "kq", 2)}
-    walk, path_rel = _noise_walk(ds, inputs, out, prep) if naive else (None, np.zeros(0))
+    walk, path_rel = _noise_walk(ds, inputs, out, prep, backend) if naive else (None, np.zeros(0))
     scales, eps, D, rels = {}, {}, {}, {}
     for block, (pset, ends, wrt, g_index) in stages.items():
-        sc = [twostage_scales(pset, *e) for e in ends]
+        sc = [twostage_scales(pset, *e, backend) for e in ends]
         scales[block] = sc
         if naive:
-            G = loss_and_grad(pset, *ends[0])[g_index]
+            G = loss_and_grad(pset, *ends[0], backend=backend)[g_index]
             rel = 1.0 + 2.0 * max(x[1] for x in sc)
             if np.any(G):
                 rel = max(rel, float(np.linalg.norm(sc[0][0].M[f"grad_{block}"]) / np.linalg.norm(G)))
         else:
-            rel = max(stable_accuracy(pset, *e, wrt) for e in ends)
+            rel = max(stable_accuracy(pset, *e, wrt, backend) for e in ends)
         largest = max(max_abs(inputs[block]), max_abs(out[block]))
         step = as_scalar(BLOCKS[block], inputs[BLOCKS[block]])
         eps[block] = U * largest + step * (U + 2.0 * gamma(sc[0][0].count) * rel)
         rels[block] = rel
         D[block] = response({block: eps[block]})
-    sf, _ = twostage_scales(prepare(optimal_token_sentences(ds)), W_ov, None)
+    sf, _ = twostage_scales(prepare(optimal_token_sentences(ds)), W_ov, None, backend)
     T = as_scalar("T", inputs["T"], kind="int")
     # stage 2's injections behind t steps, in units of the one the rerun measured: t, or for the naive
     # direction the steps' own accuracies along the path (ρ(s) = ‖M(G)‖/‖G‖ at W_kq(s), at least ρ)
@@ -323,7 +325,7 @@ class _NoiseWalk(NamedTuple):
 
 
 def _noise_walk(ds, inputs: Mapping[str, np.ndarray], out: Mapping[str, np.ndarray],
-                prep) -> tuple[_NoiseWalk | None, np.ndarray]:
+                prep, backend: str = "numba") -> tuple[_NoiseWalk | None, np.ndarray]:
     """(the stage-2 walk of a naive-direction run from its first step of an inaccurate direction, :class:`_NoiseWalk`,
     or None when there is none; ρ(s) = ‖M(G)‖/‖G‖ at W_kq(s) for the steps s before it, the accuracy the
     injection of each step must cover). The oracle's stage-2 iterates come from a run with snapshots."""
@@ -332,11 +334,11 @@ def _noise_walk(ds, inputs: Mapping[str, np.ndarray], out: Mapping[str, np.ndarr
         return None, np.zeros(0)
     run = two_stage_train(ds, eta0=as_scalar("eta0", inputs["eta0"]), eta=as_scalar("eta", inputs["eta"]),
                           T0=as_scalar("T0", inputs["T0"], kind="int"), T=T, direction="naive",
-                          W_ov0=inputs["W_ov"], W_kq0=inputs["W_kq"], snapshots=range(T))
+                          W_ov0=inputs["W_ov"], W_kq0=inputs["W_kq"], snapshots=range(T), backend=backend)
     W_ov, rho = out["W_ov"], []
     for t, W_kq in sorted(run.snapshots.items()):
-        G = np.linalg.norm(loss_and_grad(prep, W_ov, W_kq)[2])
-        sc, _ = twostage_scales(prep, W_ov, W_kq)
+        G = np.linalg.norm(loss_and_grad(prep, W_ov, W_kq, backend=backend)[2])
+        sc, _ = twostage_scales(prep, W_ov, W_kq, backend)
         M = np.linalg.norm(sc.M["grad_W_kq"])
         if 2.0 * SAFETY * gamma(sc.count) * M >= DIRECTION_ACCURACY * G:
             absE = np.abs(ds.E)
@@ -347,10 +349,10 @@ def _noise_walk(ds, inputs: Mapping[str, np.ndarray], out: Mapping[str, np.ndarr
 
 
 # --- the float32 envelope -----------------------------------------------------------------------------
-def _eval_magnitudes(inputs: Mapping[str, np.ndarray], **changes) -> dict[str, np.ndarray]:
+def _eval_magnitudes(inputs: Mapping[str, np.ndarray], backend: str = "numba", **changes) -> dict[str, np.ndarray]:
     """M of every eval output of the eval input with the data of the train input ``inputs``, ``changes`` applied."""
     base = {k: v for k, v in inputs.items() if k not in TRAIN_ONLY}
-    return {k: M for k, (M, _) in magnitudes({**base, **changes}).items()}
+    return {k: M for k, (M, _) in magnitudes({**base, **changes}, backend=backend).items()}
 
 
 #: M_q of a correlation ρ = ⟨W, W*⟩ / (‖W‖_F ‖W*‖_F): its three sums with every term divided by what ρ
@@ -358,19 +360,21 @@ def _eval_magnitudes(inputs: Mapping[str, np.ndarray], **changes) -> dict[str, n
 CORRELATION_TERMS = 2.0
 
 
-def float32_scales(inputs: Mapping[str, np.ndarray], expected: Mapping[str, np.ndarray]) -> dict[str, float]:
+def float32_scales(inputs: Mapping[str, np.ndarray], expected: Mapping[str, np.ndarray],
+                   backend: str = "numba") -> dict[str, float]:
     """name → M_q of the training outputs evaluated from terms: the losses, the larger at the first and the
     last parameters of their stage (stage 2: W_ov at its stage-1 result), and the correlations with the
     max-margin solutions, :data:`CORRELATION_TERMS` at every step."""
-    ends = [_eval_magnitudes(inputs, W_ov=expected["W_ov"], W_kq=W) for W in (inputs["W_kq"], expected["W_kq"])]
-    first = _eval_magnitudes(inputs, W_ov=inputs["W_ov"], W_kq=inputs["W_kq"])
+    ends = [_eval_magnitudes(inputs, backend, W_ov=expected["W_ov"], W_kq=W) for W in (inputs["W_kq"], expected["W_kq"])]
+    first = _eval_magnitudes(inputs, backend, W_ov=inputs["W_ov"], W_kq=inputs["W_kq"])
     loss = max(float(np.max(M["loss"])) for M in ends)
     return {"stage1_loss": max(float(first["loss0"]), max(float(np.max(M["loss0"])) for M in ends)),
             "stage2_loss": loss, "loss_floor": loss,
             "stage1_corr": CORRELATION_TERMS, "stage2_corr": CORRELATION_TERMS}
 
 
-def update_directions(inputs: Mapping[str, np.ndarray], expected: Mapping[str, np.ndarray]) -> dict[str, float]:
+def update_directions(inputs: Mapping[str, np.ndarray], expected: Mapping[str, np.ndarray],
+                      backend: str = "numba") -> dict[str, float]:
     """block → the magnitude of one update's direction: 1, a unit NGD direction."""
     return dict.fromkeys(BLOCKS, 1.0)
 

@@ -19,6 +19,7 @@ SPEC = ModelSpec(
     blocks=contract.BLOCKS,
     evaluate=partial(contract.evaluate, contract.NAME),
     train=partial(contract.train, contract.NAME),
+    numpy_cost=contract.numpy_cost,
     timeline=contract.timeline,
     extra_kinds={},
     intermediates=no_intermediates,

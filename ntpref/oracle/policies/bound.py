@@ -126,16 +126,17 @@ def bound_tolerances(model: str, kind: str, inputs: Mapping[str, np.ndarray],
     if kind == "train":
         _known(model, kind, names, spec.train_outputs)
         out = contract.train(inputs, backend) if outputs is None else outputs
-        return spec.train_tolerances(inputs, out, names, lambda eps: _response(inputs, out, eps, backend))
+        return spec.train_tolerances(inputs, out, names, lambda eps: _response(inputs, out, eps, backend), backend)
     if kind == "eval" and outputs is None:
         contract.evaluate(inputs, backend)                                   # validates the input
-    scales = spec.magnitudes(inputs, kind)
+    scales = spec.magnitudes(inputs, kind, backend)
     _known(model, kind, names, list(scales))
     return {name: eval_tolerance(*scales[name]) for name in names}
 
 
 def for_case(case) -> dict[str, Tolerance]:
     """The running error bound's tolerances of a conformance case (:class:`ntpref.oracle.cases.Case`): a random
-    case's expected outputs are the oracle's own, computed there, so the input is not run again."""
+    case's expected outputs are the oracle's own, computed there, so the input is not run again; the
+    perturbed training runs use the case's backend."""
     outputs = case.expected if case.source == "random" else None
-    return bound_tolerances(case.model, case.kind, case.inputs, case.expected, outputs=outputs)
+    return bound_tolerances(case.model, case.kind, case.inputs, case.expected, outputs=outputs, backend=case.backend)

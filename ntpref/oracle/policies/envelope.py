@@ -49,19 +49,20 @@ _SEED = 20240924
 
 
 def evaluation_scales(spec: ModelSpec, kind: str, inputs: Mapping[str, np.ndarray],
-                      expected: Mapping[str, np.ndarray]) -> dict[str, float]:
+                      expected: Mapping[str, np.ndarray], backend: str = "numba") -> dict[str, float]:
     """name → M_q, the magnitude of the terms q is computed from (at the first and last parameters of a
     training run: the model's ``float32_scales``); absent where |q| itself is the scale (norms, parameters)."""
     if kind == "eval":
-        return {k: float(np.max(M)) for k, (M, _) in spec.magnitudes(inputs).items()}
-    return spec.float32_scales(inputs, expected)
+        return {k: float(np.max(M)) for k, (M, _) in spec.magnitudes(inputs, "eval", backend).items()}
+    return spec.float32_scales(inputs, expected, backend)
 
 
-def update_rounding(spec: ModelSpec, inputs: Mapping[str, np.ndarray], expected: Mapping[str, np.ndarray]) -> dict[str, float]:
+def update_rounding(spec: ModelSpec, inputs: Mapping[str, np.ndarray], expected: Mapping[str, np.ndarray],
+                    backend: str = "numba") -> dict[str, float]:
     """block → u max|θ| + η u D_θ, D_θ the magnitude of one update's direction (the model's
     ``update_directions``: n/B max M(∇θ) for ProjGD / ProjSGD, 1 for a unit NGD direction): the rounding
     of one float32 update of each trained block."""
-    directions = spec.update_directions(inputs, expected)
+    directions = spec.update_directions(inputs, expected, backend)
     out = {}
     for block, step in spec.blocks.items():
         size = max(float(np.max(np.abs(inputs[block]), initial=0.0)), float(np.max(np.abs(expected[block]), initial=0.0)))
@@ -73,13 +74,15 @@ def _float_inputs(inputs: Mapping[str, np.ndarray]):
     return [k for k, a in inputs.items() if np.asarray(a).dtype.kind == "f" and k not in EXACT_INPUTS]
 
 
-def measured(spec: ModelSpec, kind: str, inputs: Mapping[str, np.ndarray], expected: Mapping[str, np.ndarray]):
-    """(|q(fl32(inputs)) − q|, max over the draws |q(moved) − q|) per output, elementwise (module docstring)."""
+def measured(spec: ModelSpec, kind: str, inputs: Mapping[str, np.ndarray], expected: Mapping[str, np.ndarray],
+             backend: str = "numba"):
+    """(|q(fl32(inputs)) − q|, max over the draws |q(moved) − q|) per output, elementwise (module docstring);
+    the moved runs by ``backend``, the one that computed ``expected``."""
     rng = np.random.default_rng(_SEED)
-    blocks = update_rounding(spec, inputs, expected) if kind == "train" else {}
+    blocks = update_rounding(spec, inputs, expected, backend) if kind == "train" else {}
 
     def diff(changes):
-        out = oracle_outputs(kind, {**inputs, **changes})
+        out = oracle_outputs(kind, {**inputs, **changes}, backend)
         return {k: np.abs(out[k] - expected[k]) for k in expected}
 
     rounded = diff({k: np.asarray(inputs[k]).astype(np.float32).astype(np.float64) for k in _float_inputs(inputs)})
@@ -111,14 +114,16 @@ def _bound(err: np.ndarray, count) -> tuple[float, float]:
 
 @np.errstate(all="ignore")   # the user's np.seterr must not change (or break) a bound
 def envelope_tolerances(kind: str, inputs: Mapping[str, np.ndarray], expected: Mapping[str, np.ndarray],
-                        certified: Mapping[str, Tolerance], terms: tuple | None = None) -> dict[str, Tolerance]:
+                        certified: Mapping[str, Tolerance], terms: tuple | None = None,
+                        backend: str = "numba") -> dict[str, Tolerance]:
     """name → tolerance = :data:`ENVELOPE_MULTIPLE` × the float32 envelope of every array of ``expected``, the
     float64 oracle's outputs for ``inputs`` (module docstring); ``certified``: name → the float64 tolerance (the
     running error bound) of every one of the model's diagnostics among them (nothing else is read), added to
-    their envelope (module docstring); ``terms``: what :func:`measured` returns for them, if already computed."""
+    their envelope (module docstring); ``terms``: what :func:`measured` returns for them, if already computed;
+    ``backend``: the oracle's backend that computed ``expected``, which the runs of the envelope use too."""
     spec = model_of(inputs)
-    rounded, moved = terms if terms is not None else measured(spec, kind, inputs, expected)
-    scales = evaluation_scales(spec, kind, inputs, expected)
+    rounded, moved = terms if terms is not None else measured(spec, kind, inputs, expected, backend)
+    scales = evaluation_scales(spec, kind, inputs, expected, backend)
     out = {}
     for name in expected:
         first, per_step = _bound(moved[name], roundings_behind(spec, name, kind, inputs, moved[name].shape))
@@ -138,4 +143,4 @@ def for_case(case) -> dict[str, Tolerance]:
     error bound's are read only for the model's diagnostics among its outputs."""
     diagnostics = set(case.spec.diagnostics) & set(case.expected)       # their float64 bound is added
     certified = case.tolerances("float64", "bound") if diagnostics else {}
-    return envelope_tolerances(case.kind, case.inputs, case.expected, certified, case.float32_terms)
+    return envelope_tolerances(case.kind, case.inputs, case.expected, certified, case.float32_terms, case.backend)
