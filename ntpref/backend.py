@@ -27,7 +27,7 @@ AUTO = "auto"
 CHOICES = (AUTO, "numba", "numpy")
 #: The NumPy backend's estimated run time up to which ``auto`` picks it (seconds).
 SMALL_SECONDS = 0.1
-#: The NumPy backend's fixed cost of one pass (Python overhead; measured 0.2–0.5 ms on small inputs).
+#: The NumPy backend's fixed cost of one pass (its Python overhead on a small input, rounded up).
 PASS_SECONDS = 5e-4
 #: ``--help`` text of the commands' ``--backend``.
 HELP = (f"'auto' (the default): numpy when the NumPy backend's run is estimated at <= {SMALL_SECONDS:g} s from "
