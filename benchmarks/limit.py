@@ -12,7 +12,11 @@ length, read off the kernels' loops:
     exponentials            Lmax + K + 2        (u over the padded row, p̃, e^{-|r_max|}, e^m)
     logarithms              1                   (log or log1p)
 
-and the bytes of the work slots a pass writes (``kernels.slots``: 7 N + 3 N K + 7 N Lmax float64 and N int64)
+These are hand counts, read off the kernels' loops once, not derived from the code: nothing ties them to
+what the kernels run (tests/test_benchmarks.py checks only that :func:`counts` sums these per-sentence
+formulas), so a change to a loop of ntpref/twostage/kernels.py needs them read again. The measured
+instructions of the step are the Callgrind command of docs/performance.md, not these counts. Beside them,
+the bytes of the work slots a pass writes (``kernels.slots``: 7 N + 3 N K + 7 N Lmax float64 and N int64)
 beside the compulsory traffic (the sentences, W_ov, W_kq in; G_ov, G_kq out).
 
 Measured here (:func:`measure`, minimum over repeated runs, one thread): the time per lane of the kernels'

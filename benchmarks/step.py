@@ -1,11 +1,14 @@
 """One model's public loss-and-gradient step, called CALLS times after one warm-up call, one thread:
 ``python -m benchmarks.step MODEL CALLS`` (MODEL twostage | shallow | indrnn). For instruction counts
 (docs/performance.md): a profiler's count of ``CALLS = 20`` minus that of ``CALLS = 0``, over 20, is one
-step's. Sizes: two-stage K = 20, N = 200 (lengths 2..6); shallow n = 512, d = 8, T = 16, m = 64; IndRNN
+step's. The timed calls run inside one ``functools.reduce``, so Callgrind can count them alone:
+``valgrind --tool=callgrind --toggle-collect=functools_reduce python -m benchmarks.step twostage 200`` counts
+exactly the 200 calls (its "Collected" total over 200 is one step's). Sizes: two-stage K = 20, N = 200 (lengths 2..6); shallow n = 512, d = 8, T = 16, m = 64; IndRNN
 n = 512, d = 17, T = 17, m = 64; random inputs from seed 0.
 """
 from __future__ import annotations
 
+import functools
 import sys
 
 import numba
@@ -35,8 +38,7 @@ def main(argv: list[str]) -> int:
     numba.set_num_threads(1)
     run = step(argv[0])
     run()
-    for _ in range(int(argv[1])):
-        run()
+    functools.reduce(lambda _, __: run(), range(int(argv[1])), None)
     return 0
 
 

@@ -17,6 +17,7 @@ from .errors import InputError, NonFiniteError
 BACKENDS = ("numba", "numpy")
 #: Largest step count accepted from an input file (T0, T, steps): the per-step logs hold one float64 per step.
 MAX_STEPS = 10**8
+_FLOAT64 = np.dtype(np.float64)   # the native float64 dtype, compared by identity
 
 
 def check_backend(backend: str) -> str:
@@ -60,9 +61,11 @@ def _shape_ok(shape: tuple, expected: tuple) -> bool:
 
 
 @njit(cache=True)
-def all_finite(flat: np.ndarray) -> bool:
-    """True when every entry of the float64 vector ``flat`` is finite: x - x is 0 for finite x and NaN for
-    ±inf and NaN. An integer or-reduction has no order, so the loop vectorises; no temporary array."""
+def _all_finite(a: np.ndarray) -> bool:
+    """True when every entry of the C-contiguous float64 array ``a`` (any rank) is finite: x - x is 0 for finite
+    x and NaN for ±inf and NaN. An integer or-reduction has no order, so the loop vectorises; no temporary
+    array (the ravel of a C-contiguous array is a view)."""
+    flat = a.ravel()
     bad = 0
     for i in range(flat.size):
         bad |= np.int64(flat[i] - flat[i] != 0.0)
@@ -75,10 +78,7 @@ def _fmt_shape(expected: tuple) -> str:
 
 def _to_float64(name: str, a: np.ndarray) -> np.ndarray:
     """``a`` (real dtype) as a C-contiguous float64 array; InputError naming the array for a finite value
-    beyond the float64 range (|x| > 1.8e308, possible in a longdouble array), which would become inf. An array
-    that is one already returns at once (the per-step call of a training loop)."""
-    if a.dtype == np.float64 and a.flags.c_contiguous:
-        return a
+    beyond the float64 range (|x| > 1.8e308, possible in a longdouble array), which would become inf."""
     with np.errstate(over="ignore"):
         out = np.asarray(a, dtype=np.float64, order="C")
     if a.dtype.kind == "f" and a.dtype.itemsize > 8 and a.size:
@@ -95,15 +95,18 @@ def as_float(name: str, x, shape: tuple | None = None, finite: bool = True) -> n
     """``x`` as a C-contiguous float64 array.
 
     shape: expected shape, ``None`` entries are free (rank is always checked when given).
-    Rejects complex, object, string and boolean data; with ``finite`` also NaN and inf.
+    Rejects complex, object, string and boolean data; with ``finite`` also NaN and inf. A native
+    C-contiguous float64 array (what a training loop passes every step) is checked without a conversion.
     """
     a = np.asarray(x)
-    if a.dtype.kind not in "fiu":
+    plain = a.dtype is _FLOAT64 and a.flags.c_contiguous
+    if not plain and a.dtype.kind not in "fiu":
         raise InputError(f"array '{name}': expected real numbers, got dtype {a.dtype}")
-    if shape is not None and not _shape_ok(a.shape, shape):
+    if shape is not None and a.shape != shape and not _shape_ok(a.shape, shape):
         raise InputError(f"array '{name}': expected shape {_fmt_shape(shape)}, got {list(a.shape)}")
-    a = _to_float64(name, a)
-    if finite and a.size and not all_finite(a.reshape(-1)):
+    if not plain:
+        a = _to_float64(name, a)
+    if finite and a.size and not _all_finite(a):
         bad = np.argwhere(~np.isfinite(a))[0]
         raise InputError(f"array '{name}': non-finite value {a[tuple(bad)]} at index {tuple(int(i) for i in bad)}")
     return a

@@ -87,7 +87,6 @@ import numpy as np
 from numba import njit, prange
 
 from .. import vmath
-from ..checks import all_finite
 
 MODE_FORWARD = 0
 MODE_GRAD = 1
@@ -388,24 +387,6 @@ def pass_serial(tokens, lengths, targets, weights, Bov, Bkq, mode):
     Gkq = np.zeros((K, K))
     loss, log_scale = _pass(tokens, lengths, targets, weights, Bov.T.copy(), Bkq, mode, ws, np.empty(N), GovT, Gkq)
     return loss, log_scale, ws.losses, ws.logits, ws.attn, GovT.T.copy(), Gkq
-
-
-@njit(cache=True, error_model="numpy")
-def grad_serial(tokens, lengths, targets, weights, Bov, Bkq, G_ov, G_kq):
-    """:func:`pass_serial` in MODE_GRAD with the gradients written into G_ov, G_kq [K, K] (C-contiguous) and
-    the finiteness of Bov, Bkq checked here: one compiled call and two arrays returned where pass_serial
-    boxes five. Returns (finite, loss): finite False (G's untouched, loss NaN) when Bov or Bkq has a
-    non-finite entry; otherwise the loss, G_ov and G_kq bitwise those of pass_serial."""
-    if not (all_finite(Bov.ravel()) and all_finite(Bkq.ravel())):
-        return False, np.nan
-    N, Lmax = tokens.shape
-    K = Bov.shape[0]
-    GovT = np.zeros((K, K))
-    G_kq[:] = 0.0
-    loss, _ = _pass(tokens, lengths, targets, weights, Bov.T.copy(), Bkq, MODE_GRAD, slots(N, Lmax, K), np.empty(N),
-                    GovT, G_kq)
-    _transpose_into(GovT, G_ov)
-    return True, loss
 
 
 @njit(cache=True, error_model="numpy")

@@ -41,9 +41,6 @@ PARALLEL_MIN_WORK = 1 << 20
 """The Numba backend runs the sentences in parallel (prange) only when N * Lmax * K reaches this;
 below it thread start-up costs more than the work (results are bitwise the same either way)."""
 
-_FLOAT64 = np.dtype(np.float64)
-
-
 class Forward(NamedTuple):
     """loss (Eq. 1; the weighted loss of a Prepared set), losses [N] (ℓ_i), logits [N, K] (z),
     attn [N, Lmax] (φ, 0 on padding)."""
@@ -178,14 +175,15 @@ def _weight(name: str, W, d: int) -> np.ndarray:
 
 def _matrices(prep: Prepared, W_ov, W_kq):
     """W_ov, W_kq validated as [d, d] (W_kq None only for one-token sentences)."""
-    W_ov = _weight("W_ov", W_ov, prep.d)
+    d = prep.E.shape[0]
+    W_ov = _weight("W_ov", W_ov, d)
     if W_kq is None:
         Lmax = prep.tokens.shape[1]
         if Lmax != 1:
             raise InputError(f"array 'W_kq': None is allowed only for one-token sentences (Lmax = 1), "
                              f"got Lmax = {Lmax}")
         return W_ov, None
-    return W_ov, _weight("W_kq", W_kq, prep.d)
+    return W_ov, _weight("W_kq", W_kq, d)
 
 
 # ---- NumPy backend (reads like the equations of docs/twostage.md) ---------------------------------------
@@ -311,7 +309,7 @@ def _np_run(prep: Prepared, W_ov, W_kq, mode: int):
 def runs_parallel(prep: Prepared) -> bool:
     """Whether the Numba backend runs the sentences of ``prep`` in parallel (N * Lmax * K reaches
     :data:`PARALLEL_MIN_WORK`); a smaller set runs in one serial pass (results bitwise the same)."""
-    return prep.tokens.size * prep.K >= PARALLEL_MIN_WORK
+    return prep.tokens.size * prep.E.shape[1] >= PARALLEL_MIN_WORK
 
 
 def _numba_pass(prep: Prepared, Bov, Bkq, mode: int):
@@ -325,10 +323,15 @@ def _numba_pass(prep: Prepared, Bov, Bkq, mode: int):
     return loss, log_scale, losses, logits, attn, G_ov, G_kq
 
 
-def _run(prep: Prepared, W_ov, W_kq, mode: int, backend: str):
-    """(loss, log_scale, losses, logits, attn, G_ov [d, d], G_kq [d, d]) from either backend."""
+def _run(data: Dataset | Prepared, W_ov, W_kq, mode: int, backend: str):
+    """The one path of :func:`forward`, :func:`loss_and_grad` and :func:`step`: ``data`` as a Prepared set
+    (:func:`_prepared_of`) and W_ov, W_kq validated (:func:`_matrices`), then the pass in ``mode`` (kernels
+    MODE_*) on ``backend`` (checked by the caller): (loss, log_scale, losses, logits, attn, G_ov [d, d],
+    G_kq [d, d])."""
+    prep = _prepared_of(data)
+    W_ov, W_kq = _matrices(prep, W_ov, W_kq)
     if W_kq is None:
-        W_kq = np.zeros((prep.d, prep.d))
+        W_kq = np.zeros_like(W_ov)
     if backend == "numpy":
         return _np_run(prep, W_ov, W_kq, mode)
     if prep.onehot:
@@ -361,9 +364,7 @@ def unit_direction(G: np.ndarray, log_scale: float = 0.0, *, backend: str = "num
 def forward(data: Dataset | Prepared, W_ov, W_kq, *, backend: str = "numba") -> Forward:
     """Forward pass and Eq. 1 loss (docs/twostage.md §2) of W_ov, W_kq [d, d] on ``data`` (a Dataset, or a
     Prepared set whose loss is Σ_i w_i ℓ_i): :class:`Forward` (loss, losses [N], logits [N, K], attn [N, Lmax])."""
-    backend = check_backend(backend)
-    prep = _prepared_of(data)
-    loss, _, losses, logits, attn, _, _ = _run(prep, *_matrices(prep, W_ov, W_kq), kernels.MODE_FORWARD, backend)
+    loss, _, losses, logits, attn, _, _ = _run(data, W_ov, W_kq, kernels.MODE_FORWARD, check_backend(backend))
     return Forward(float(loss), losses, logits, attn)
 
 
@@ -371,33 +372,8 @@ def loss_and_grad(data: Dataset | Prepared, W_ov, W_kq, *, backend: str = "numba
     """Eq. 1 loss and its closed-form gradients (docs/twostage.md §3) of W_ov, W_kq [d, d] on ``data``:
     :class:`LossAndGrad` (loss, grad_W_ov [d, d], grad_W_kq [d, d]). On prepare_collocations(E, succ, ...)
     with W_kq None it is (L0, ∇L0, 0)."""
-    backend = check_backend(backend)
-    prep = _prepared_of(data)
-    if backend == "numba":
-        fast = _loss_and_grad_serial(prep, W_ov, W_kq)
-        if fast is not None:
-            return fast
-    loss, _, _, _, _, G_ov, G_kq = _run(prep, *_matrices(prep, W_ov, W_kq), kernels.MODE_GRAD, backend)
+    loss, _, _, _, _, G_ov, G_kq = _run(data, W_ov, W_kq, kernels.MODE_GRAD, check_backend(backend))
     return LossAndGrad(float(loss), G_ov, G_kq)
-
-
-def _plain(W, K: int) -> bool:
-    """W is what the kernels take without a conversion: a writable C-contiguous native float64 [K, K] ndarray."""
-    return (type(W) is np.ndarray and W.dtype is _FLOAT64 and W.shape == (K, K) and W.flags.c_contiguous
-            and W.flags.writeable)
-
-
-def _loss_and_grad_serial(prep: Prepared, W_ov, W_kq) -> LossAndGrad | None:
-    """:func:`loss_and_grad` of the Numba backend in one compiled call (kernels.grad_serial, which also checks
-    finiteness) for a one-hot set that runs serially (:func:`runs_parallel`) with W_ov, W_kq already
-    :func:`_plain` (what a training loop passes every step); None otherwise, or when a matrix has a non-finite
-    entry, and the checked path runs (and names the fault). The values are bitwise those of the checked path."""
-    K = prep.E.shape[1]
-    if not (prep.onehot and _plain(W_ov, K) and _plain(W_kq, K)) or runs_parallel(prep):
-        return None
-    G_ov, G_kq = np.empty((K, K)), np.empty((K, K))
-    finite, loss = kernels.grad_serial(prep.tokens, prep.lengths, prep.targets, prep.weights, W_ov, W_kq, G_ov, G_kq)
-    return LossAndGrad(loss, G_ov, G_kq) if finite else None
 
 
 def step(data: Dataset | Prepared, W_ov, W_kq, *, wrt: str, method: str = "stable",
@@ -411,8 +387,7 @@ def step(data: Dataset | Prepared, W_ov, W_kq, *, wrt: str, method: str = "stabl
     accurate when p_y - 1 or the attention gradient underflow or cancel. The update is W_wrt ← W_wrt − η unit.
     """
     backend, mode = check_backend(backend), kernel_mode(wrt, method)
-    prep = _prepared_of(data)
-    loss, log_scale, _, logits, attn, G_ov, G_kq = _run(prep, *_matrices(prep, W_ov, W_kq), mode, backend)
+    loss, log_scale, _, logits, attn, G_ov, G_kq = _run(data, W_ov, W_kq, mode, backend)
     return Step(float(loss), logits, attn, unit_direction(G_kq if wrt == "kq" else G_ov, log_scale, backend=backend))
 
 
