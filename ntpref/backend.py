@@ -56,22 +56,27 @@ def numpy_seconds(kind: str, arrays: Mapping) -> float | None:
 def resolve(backend: str, kind: str, arrays: Mapping) -> str:
     """The backend that runs ``arrays`` (an ``eval`` / ``train`` input with ``model``): ``backend`` itself
     when it is "numba" or "numpy", the module docstring's choice for "auto"; InputError for anything else."""
-    from .checks import check_backend
-
-    if backend != AUTO:
-        return check_backend(backend)
-    seconds = numpy_seconds(kind, arrays)
-    return "numpy" if seconds is None or seconds <= SMALL_SECONDS else "numba"
+    return _choice(backend, kind, arrays)[0]
 
 
 def describe(backend: str, kind: str, arrays: Mapping) -> str:
     """What computed a run, on one line: "numba", "numpy", or for "auto" the choice and why ("numpy (auto:
     NumPy run estimated at 0.0012 s <= 0.1 s)")."""
-    chosen = resolve(backend, kind, arrays)
+    chosen, seconds = _choice(backend, kind, arrays)
     if backend != AUTO:
         return chosen
-    seconds = numpy_seconds(kind, arrays)
     if seconds is None:
         return f"{chosen} (auto: the input's sizes do not read)"
     return f"{chosen} (auto: NumPy run estimated at {seconds:.2g} s {'<=' if chosen == 'numpy' else '>'} " \
            f"{SMALL_SECONDS:g} s)"
+
+
+def _choice(backend: str, kind: str, arrays: Mapping) -> tuple[str, float | None]:
+    """(the backend :func:`resolve` picks, the NumPy estimate it used: None for an explicit backend or an
+    input whose sizes do not read)."""
+    from .checks import check_backend
+
+    if backend != AUTO:
+        return check_backend(backend), None
+    seconds = numpy_seconds(kind, arrays)
+    return ("numpy" if seconds is None or seconds <= SMALL_SECONDS else "numba"), seconds

@@ -267,11 +267,16 @@ def _tolerances(case: Case, names: list[str]) -> dict[str, Tolerance]:
     return tols
 
 
+def case_backend(case: Case, backend: str) -> str:
+    """The oracle's backend certify runs ``case`` on: for "auto" the case's own (:attr:`Case.backend`: a stored
+    case's Numba, a random case's the one that computed its expected values), else ``backend``."""
+    return case.backend if backend == AUTO else check_backend(backend)
+
+
 def certify_case(case: Case, backend: str = "numba", steps: int | None = None) -> CaseResult:
     """The certification of one case (module docstring); a train case cut to ``steps`` updates per stage
-    (:func:`truncated`) when given. ``backend`` "auto": the case's own (:attr:`Case.backend`: a stored
-    case's Numba, a random case's the one that computed its expected values)."""
-    backend = case.backend if backend == AUTO else check_backend(backend)
+    (:func:`truncated`) when given, on :func:`case_backend`."""
+    backend = case_backend(case, backend)
     exact = exact_backend()
     if case.kind not in KINDS:
         raise InputError(f"case '{case.id}' is of kind {case.kind!r}; certify takes {', '.join(KINDS)}")
@@ -377,8 +382,7 @@ def _handle(args) -> int:
                 with time_bound(args.timeout):
                     result = certify_case(case, args.backend, args.steps)
             except CaseTimeout:
-                result = CaseResult.timed_out(case, case.backend if args.backend == AUTO else args.backend,
-                                              args.steps, args.timeout)
+                result = CaseResult.timed_out(case, case_backend(case, args.backend), args.steps, args.timeout)
         report.append(result)
         print("\n".join(result.lines(width)), flush=True)
     print(report.summary())

@@ -84,9 +84,8 @@ def train_outputs(model: str) -> tuple[str, ...]:
     return model_named(model).blocks + trajectories(model)
 
 
-#: Seconds of the NumPy backend per sample, position and parameter of one pass (n · T · the blocks' sizes;
-#: measured 1.3–3e-9 for the transformer, whose heads are matrix products, and 0.9–1.7e-8 for the IndRNN, whose
-#: recurrence steps through T in Python).
+#: Seconds of the NumPy backend per sample, position and parameter of one pass (n · T · the blocks' sizes), an
+#: estimate rounded up from timed runs: larger for the IndRNN, whose recurrence steps through T in Python.
 NUMPY_UNIT = {"shallow": 3e-9, "indrnn": 2e-8}
 
 

@@ -125,7 +125,7 @@ def train(model: str, arrays: Mapping[str, np.ndarray], backend: str = "numba",
 
 
 #: Seconds of the NumPy backend per sentence position, token and embedding dimension of one pass over the
-#: sentences (N · Lmax · K · d; measured 0.4–1.1e-8 for K = 20..300, N = 200..2000, one-hot E).
+#: sentences (N · Lmax · K · d), an estimate rounded up from timed runs at K = 20..300, N = 200..2000.
 NUMPY_UNIT = 1e-8
 
 
