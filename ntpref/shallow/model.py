@@ -104,8 +104,8 @@ def _states_np(data: Batch, U: np.ndarray, W: np.ndarray):
     alpha = np.exp(z - z.max(axis=-1, keepdims=True))
     alpha /= alpha.sum(axis=-1, keepdims=True)
     a = np.einsum("nmt,ntk->nmk", alpha, keys)
-    s = np.einsum("nmk,mk->nm", a, U)
     p = np.einsum("ntk,mk->nmt", keys, U)                   # x_t^T U_i
+    s = np.einsum("nmt,nmt->nm", alpha, p)                  # Σ_t α_t x_t^T U_i: p − s is then centred exactly
     MU = np.einsum("nmt,ntk->nmk", alpha * (p - s[..., None]), keys)
     return a, s, MU, q
 
