@@ -511,6 +511,15 @@ def _transpose_into(A, out):
 
 
 @njit(cache=True, error_model="numpy")
+def _copy_into(A, out):
+    """out = A for two arrays of the same 2-D shape (a loop: Numba's array assignment compiles an error
+    message of many string operations)."""
+    for r in range(A.shape[0]):
+        for c in range(A.shape[1]):
+            out[r, c] = A[r, c]
+
+
+@njit(cache=True, error_model="numpy")
 def ngd_steps(tokens, lengths, targets, weights, E, onehot, W_ov, W_kq, train_kq, xstar, eta, mode, t0, t1, T,
               loss, accuracy, attn_opt, W_hist):
     """Steps t = t0..t1-1 of normalized GD (docs/twostage.md §4) on a weighted sentence set, all in compiled code.
@@ -546,7 +555,7 @@ def ngd_steps(tokens, lengths, targets, weights, E, onehot, W_ov, W_kq, train_kq
         Gkq[:] = 0.0
         pass_mode = MODE_FORWARD if t == T else mode
         loss[t], log_scale = _pass(tokens, lengths, targets, weights, BovT, Bkq, pass_mode, ws, c, GovT, Gkq)
-        W_hist[t - t0] = W
+        _copy_into(W, W_hist[t - t0])
         accuracy[t], attn_opt[t] = accuracy_and_mass(ws.logits, ws.attn, tokens, lengths, targets, xstar)
         if t == T:
             break
