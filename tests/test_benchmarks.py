@@ -256,3 +256,25 @@ def test_limit_counts_are_the_per_sentence_formulas():
         assert c[name] == sum(p[name] for p in per), name
     assert c["slot_bytes"] == 8 * 4 * (7 + 3 * K + 7 * Lmax + 1)
     assert c["compulsory_bytes"] == 8 * (4 * Lmax + 3 * 4 + 4 * K * K)
+
+
+def test_readme_commands_are_the_two_that_ci_runs():
+    """benchmarks.readme_commands times the same two README lines as .ci/run's parser extracts."""
+    from benchmarks.readme_commands import readme_commands
+
+    root = Path(__file__).resolve().parent.parent
+    ci = (root / ".ci" / "run").read_text()
+    parser = ci[ci.index("readme_command() {"):ci.index("first=$(readme_command 1)")]
+    lines = [subprocess.run(["bash", "-c", f"{parser}\nreadme_command {k}"], cwd=root, capture_output=True,
+                            text=True, check=True).stdout.strip() for k in (1, 2)]
+    commands = readme_commands(root / "README.md")
+    assert [commands["first"], commands["tests"]] == lines
+    assert "pytest" in commands["tests"] and "reproduce" in commands["first"]
+
+
+def test_readme_commands_table_totals_the_steps():
+    from benchmarks.readme_commands import markdown
+
+    table = markdown("abc1234", {"tests": [("pip install -e .", 20.4, 0, ""),
+                                           ("python -m pytest", 166.2, 0, "3 passed in 166.0s")]})
+    assert "| tests | total | 187 | | |" in table and "| tests | `python -m pytest` | 166 | 0 | 3 passed in 166.0s |" in table
