@@ -39,8 +39,9 @@ def readme_commands(readme: Path = ROOT / "README.md") -> dict[str, str]:
 
 
 def run_command(name: str, command: str, clone: Path, python: str, log) -> list[tuple[str, float, int, str]]:
-    """Each ``&&`` step of README command ``name`` (``command``) run in ``clone`` in a fresh venv: (step, seconds, exit status, its
-    output's last line), stopping at the first failing step."""
+    """Each ``&&`` step of README command ``name`` (``command``) run in ``clone`` in a fresh venv: (step,
+    seconds, exit status, the pytest summary line of a pytest step, else ""), stopping at the first failing
+    step (whose last 30 lines of output go to stderr)."""
     venv = clone.parent / f"venv-{name}"
     subprocess.run([python, "-m", "venv", str(venv)], check=True)
     env = {**os.environ, "VIRTUAL_ENV": str(venv), "PATH": f"{venv / 'bin'}{os.pathsep}{os.environ['PATH']}"}
