@@ -11,10 +11,6 @@ D(λ) = Σλ − ½‖A^T λ‖². Margins ≥ 1 − 1e-9, λ ≥ 0 and |gap| �
 duality: ½‖w − w*‖² ≤ gap for feasible w); the margin and gap bounds are relaxed only to the float64
 resolution of the margins of w (badly conditioned A). A solution that fails them raises
 :class:`SolverError`, never returns silently.
-
-The kernels use Numba's NumPy error model: every division is guarded (a zero pivot is skipped or ends the
-factor update), and a division by zero, should one occur, gives inf or NaN, which the certificate then
-rejects, instead of compiling Python's exception path into every division.
 """
 from __future__ import annotations
 
@@ -78,7 +74,7 @@ def certify(margins: np.ndarray, lam: np.ndarray, w_sq: float, stationarity_sq: 
     return cert
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True)
 def _givens_rows(M, i, c, s, lo, hi):
     """Rotate rows i, i+1 of M over columns lo..hi-1 by [c s; −s c]."""
     for col in range(lo, hi):
@@ -87,7 +83,7 @@ def _givens_rows(M, i, c, s, lo, hi):
         M[i + 1, col] = -s * a + c * b
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True)
 def _remove_position(R, Qt, qf, order, t, k):
     """Drop passive position t of k from the factorisation Qt B_P = R, restore triangularity; returns k − 1."""
     m = Qt.shape[0]
@@ -112,7 +108,7 @@ def _remove_position(R, Qt, qf, order, t, k):
     return k - 1
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True)
 def _add_column(B, j, R, Qt, qf, order, k, c, dep_tol):
     """Append column j of B to Qt B_P = R with one Householder reflection on rows k..; returns the new k,
     or k unchanged when the column is numerically dependent on the passive ones (‖(Qt B_j)[k:]‖ <= dep_tol)."""
@@ -153,7 +149,7 @@ def _add_column(B, j, R, Qt, qf, order, k, c, dep_tol):
     return k + 1
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True)
 def _back_substitute(R, rhs, k, z):
     """z[:k] = R[:k, :k]^{-1} rhs[:k] (R upper triangular)."""
     for i in range(k - 1, -1, -1):
@@ -163,7 +159,7 @@ def _back_substitute(R, rhs, k, z):
         z[i] = acc / R[i, i]
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True)
 def _nnls_kernel(B, max_solves):
     """Lawson–Hanson NNLS min ‖B x − f‖ s.t. x ≥ 0 for B [m, p] and f = e_{m−1}.
 
