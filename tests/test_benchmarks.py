@@ -263,6 +263,8 @@ def test_readme_commands_are_the_two_that_ci_runs():
     from benchmarks.readme_commands import readme_commands
 
     root = Path(__file__).resolve().parent.parent
+    if not (root / ".ci" / "run").is_file():
+        pytest.skip(".ci/run is in a clone of the repository, not in the source distribution")
     ci = (root / ".ci" / "run").read_text()
     parser = ci[ci.index("readme_command() {"):ci.index("first=$(readme_command 1)")]
     lines = [subprocess.run(["bash", "-c", f"{parser}\nreadme_command {k}"], cwd=root, capture_output=True,
