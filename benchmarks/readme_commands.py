@@ -54,8 +54,9 @@ def run_command(name: str, command: str, clone: Path, python: str, log) -> list[
         done = subprocess.run(["bash", "-c", step], cwd=clone, env=env, capture_output=True, text=True)
         seconds = time.perf_counter() - start
         lines = (done.stdout + done.stderr).strip().splitlines()
-        last = next((line for line in reversed(lines) if re.search(r"\d+ passed|failed|error", line)), "")
-        rows.append((step, seconds, done.returncode, last.strip("= ") if "pytest" in step else ""))
+        summary = next((line.strip("= ") for line in reversed(lines) if re.search(r"\d+ passed|failed|error", line)),
+                       "") if "pytest" in step else ""
+        rows.append((step, seconds, done.returncode, summary))
         log(f"    {seconds:.0f} s, exit {done.returncode}" + (f": {rows[-1][3]}" if rows[-1][3] else ""))
         if done.returncode:
             sys.stderr.write("\n".join(lines[-30:]) + "\n")
