@@ -61,11 +61,10 @@ def _shape_ok(shape: tuple, expected: tuple) -> bool:
 
 
 @njit(cache=True)
-def _all_finite(a: np.ndarray) -> bool:
-    """True when every entry of the C-contiguous float64 array ``a`` (any rank) is finite: x - x is 0 for finite
-    x and NaN for ±inf and NaN. An integer or-reduction has no order, so the loop vectorises; no temporary
-    array (the ravel of a C-contiguous array is a view)."""
-    flat = a.ravel()
+def _all_finite(flat: np.ndarray) -> bool:
+    """True when every entry of the float64 vector ``flat`` [n] is finite: x - x is 0 for finite x and NaN for
+    ±inf and NaN. An integer or-reduction has no order, so the loop vectorises. Callers pass arrays of any
+    rank flattened (``reshape(-1)``, a view of a C-contiguous array), so one compilation serves them all."""
     bad = 0
     for i in range(flat.size):
         bad |= np.int64(flat[i] - flat[i] != 0.0)
@@ -106,7 +105,7 @@ def as_float(name: str, x, shape: tuple | None = None, finite: bool = True) -> n
         raise InputError(f"array '{name}': expected shape {_fmt_shape(shape)}, got {list(a.shape)}")
     if not plain:
         a = _to_float64(name, a)
-    if finite and a.size and not _all_finite(a):
+    if finite and a.size and not _all_finite(a.reshape(-1)):
         bad = np.argwhere(~np.isfinite(a))[0]
         raise InputError(f"array '{name}': non-finite value {a[tuple(bad)]} at index {tuple(int(i) for i in bad)}")
     return a

@@ -372,7 +372,8 @@ def copy_equivalent(cells: list[dict], outdir: str | os.PathLike,
 def run_sweep(fn: Callable[..., Mapping], cells: list[dict], outdir: str | os.PathLike, *, workers: int = 1,
               scheduler: str | None = None, dask_local: int | None = None, executor=None,
               progress: Callable[[str, int, int], None] | None = None, label: str = "cells",
-              version: int = 1, expect: Callable[[dict], Mapping[str, CellArray]] | None = None) -> SweepSummary:
+              version: int = 1, expect: Callable[[dict], Mapping[str, CellArray]] | None = None,
+              prepare: Callable[[], None] | None = None) -> SweepSummary:
     """Compute every cell whose result file is missing in ``outdir``; write each result atomically.
 
     fn: a module-level (picklable) function; ``fn(**cell)`` returns a dict of arrays/scalars.
@@ -380,6 +381,8 @@ def run_sweep(fn: Callable[..., Mapping], cells: list[dict], outdir: str | os.Pa
     executor: see module docstring. progress(label, done, total) is called after each finished cell (done
     counts skipped cells). version: the cells' ``cell_version`` (files of another version are recomputed).
     expect(params): the arrays ``fn(**params)`` returns (files holding others are recomputed).
+    prepare(): called once before the first cell when cells run on this machine (in this process or local
+    workers) and some are to be computed, e.g. to compile their kernels (:func:`ntpref.precompile.warm`).
     A failing cell re-raises after the cells already finished are saved.
     """
     for name, value in (("workers", workers), ("dask_local", dask_local)):
@@ -409,7 +412,10 @@ def run_sweep(fn: Callable[..., Mapping], cells: list[dict], outdir: str | os.Pa
         done += 1
         report(label, done, total)
 
-    if workers <= 1 and executor is None and scheduler is None and dask_local is None:
+    local = executor is None and scheduler is None and dask_local is None
+    if todo and local and prepare is not None:
+        prepare()
+    if workers <= 1 and local:
         for key, params in todo:
             save(key, params, _call(fn, params))
     elif todo:

@@ -34,7 +34,7 @@ LAYERS = (
                     "ntpref.jsonio", "ntpref.tolerance", "ntpref.rounding", "ntpref.spec", "ntpref.shipped")),
     ("papers", ("ntpref.twostage", "ntpref.twostage.*", "ntpref.shallow", "ntpref.shallow.*", "ntpref.exact",
                 "ntpref.exact.*")),
-    ("registry", ("ntpref.models", "ntpref.backend")),
+    ("registry", ("ntpref.models", "ntpref.backend", "ntpref.precompile")),
     ("oracle", ("ntpref.oracle", "ntpref.oracle.*", "ntpref.testing")),
     ("sweep", ("ntpref.sweep",)),
     ("experiments", ("ntpref.reproduce", "ntpref.reproduce.*", "ntpref.bench")),

@@ -17,6 +17,9 @@ A *target* is a module in this package with
   equivalent_cell(params)               optional: (target, params) of another target's cell that computes
       -> tuple[str, dict] | None        exactly this cell's result, or None; finished ones are copied
                                         (:func:`ntpref.sweep.copy_equivalent`) instead of computed again
+  PRECOMPILE: (tuple, tuple)            optional: the kernel groups of :mod:`ntpref.precompile` its cells use,
+                                        (compiled here, compiled by a helper process), compiled side by side
+                                        before the first cell when they are not in Numba's cache
 
 ``--seeds N`` runs the first N seeds of a size instead of its own number (fewer for a long run that must
 fit a time budget, more for tighter intervals); the cells of the other seeds are unaffected, so runs with
@@ -89,6 +92,16 @@ def with_seeds(config: dict, seeds: int | None) -> dict:
     return {**config, "seeds": seeds if isinstance(config["seeds"], int) else tuple(range(1, seeds + 1))}
 
 
+def _precompiler(mod, progress):
+    """What compiles target ``mod``'s kernels before its first cell (:func:`ntpref.precompile.warm` with the
+    module's ``PRECOMPILE`` = (main groups, side groups)), or None when it names none."""
+    if not hasattr(mod, "PRECOMPILE"):
+        return None
+    from ..precompile import warm
+
+    return lambda: warm(*mod.PRECOMPILE, note=getattr(progress, "note", None))
+
+
 def run_target(name: str, size: str = "quick", out: str | Path = "results", *, workers: int = 1,
                scheduler: str | None = None, dask_local: int | None = None, summarize_only: bool = False,
                seeds: int | None = None, progress=None) -> Summary:
@@ -123,7 +136,7 @@ def run_target(name: str, size: str = "quick", out: str | Path = "results", *, w
                               "(the same computation)")
         run_sweep(mod.cell, cells, celldir, workers=workers, scheduler=scheduler,
                   dask_local=dask_local, progress=progress, label=f"reproduce {name} ({size})", version=version,
-                  expect=expect)
+                  expect=expect, prepare=_precompiler(mod, progress))
     results, left_out = _finite_cells(load_results(celldir, cells, version, siblings=_sibling_keys(mod, size),
                                                    expect=expect), celldir, expect)
     if not results:

@@ -101,7 +101,7 @@ def _remove_position(R, Qt, qf, order, t, k):
         c, s = a / r, b / r
         _givens_rows(R, i, c, s, i, k - 1)
         R[i + 1, i] = 0.0
-        _givens_rows(Qt, i, c, s, 0, m)
+        _givens_rows(Qt, i, c, s, np.int64(0), m)        # np.int64: as k in nnls_kernel
         a, b = qf[i], qf[i + 1]
         qf[i] = c * a + s * b
         qf[i + 1] = -s * a + c * b
@@ -160,7 +160,7 @@ def _back_substitute(R, rhs, k, z):
 
 
 @njit(cache=True)
-def _nnls_kernel(B, max_solves):
+def nnls_kernel(B, max_solves):
     """Lawson–Hanson NNLS min ‖B x − f‖ s.t. x ≥ 0 for B [m, p] and f = e_{m−1}.
 
     The passive columns live in a QR factorisation Qt B_P = R updated when a column enters (Householder) or
@@ -191,7 +191,7 @@ def _nnls_kernel(B, max_solves):
         for i in range(m):
             acc += B[i, j] * B[i, j]
         colnorm[j] = np.sqrt(acc)
-    k = 0
+    k = np.int64(0)       # not a literal: Numba would compile _add_column once more for a literal argument
     solves = 0
     while k < m:
         for i in range(m):                             # res = f − B x
@@ -201,7 +201,7 @@ def _nnls_kernel(B, max_solves):
             if x[j] != 0.0:
                 for i in range(m):
                     res[i] -= B[i, j] * x[j]
-        best, j = 0.0, -1                              # entering column: largest gradient B_j^T res > tol_j
+        best, j = 0.0, np.int64(-1)                    # entering column: largest gradient B_j^T res > tol_j
         for jj in range(p):
             if passive[jj] or blocked[jj]:
                 continue
@@ -290,7 +290,7 @@ def solve_ldp(A: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
     solves = 0
     for _ in range(MAX_PASSES):
         B = np.ascontiguousarray(np.vstack([np.ldexp(A, -k).T, np.ones((1, p))]))
-        u, r, s, converged = _nnls_kernel(B, max_solves)
+        u, r, s, converged = nnls_kernel(B, max_solves)
         solves += s
         if not converged:
             raise SolverError(f"NNLS did not converge within {max_solves} least-squares solves")

@@ -184,7 +184,7 @@ def train(ds: Dataset, *, eta0: float | None = None, eta: float | None = None, T
     W_ov_s, cert_ov = W_ov_star(ds.E, succ, C)
     W_kq_s, cert_kq = W_kq_star(ds)
 
-    W_ov_stage1, stage1, stop1, _ = _ngd(prep0, W_ov, np.zeros((d, d)), False, W_ov_s, C, eta0, T0, direction,
+    W_ov_stage1, stage1, stop1, _ = ngd(prep0, W_ov, np.zeros((d, d)), False, W_ov_s, C, eta0, T0, direction,
                                          set(), backend, "stage 1", progress)
     stage1 = {k: stage1[k] for k in STAGE1_METRICS}
     W_ov, lam = W_ov_stage1, None
@@ -197,7 +197,7 @@ def train(ds: Dataset, *, eta0: float | None = None, eta: float | None = None, T
     ds2 = with_collocations(ds, C) if include_D0 else ds
     xstar = optimal_tokens(ds2)
     floor = loss_floor(ds2, W_ov, xstar, backend=backend)
-    W_kq, stage2, stop2, snaps = _ngd(model.prepare(ds2), W_ov, W_kq, True, W_kq_s, xstar, eta, T, direction,
+    W_kq, stage2, stop2, snaps = ngd(model.prepare(ds2), W_ov, W_kq, True, W_kq_s, xstar, eta, T, direction,
                                       snapshots, backend, "stage 2", progress)
     stage2["excess"] = stage2["loss"] - floor
     stage2 = {k: stage2[k] for k in STAGE2_METRICS}
@@ -211,7 +211,7 @@ CHUNK = 500
 """Steps per compiled call of the Numba training loop; progress is reported between chunks."""
 
 
-def _ngd(prep, W_ov, W_kq, train_kq, W_star, xstar, eta, T, method, snapshots, backend, label, progress):
+def ngd(prep, W_ov, W_kq, train_kq, W_star, xstar, eta, T, method, snapshots, backend, label, progress):
     """Normalized GD on the weighted sentence set ``prep``, training W_kq (``train_kq``, W_ov frozen: stage
     2) or W_ov (stage 1, on the collocation set). Returns (trained W, metrics, Stop, snapshots) with the
     metrics "loss", "norm", "corr", "accuracy", "attn_opt" as [T + 1] arrays over t = 0..T (attention mass

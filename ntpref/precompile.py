@@ -1,0 +1,136 @@
+"""Compiling a command's Numba kernels before their first use, on two cores at once.
+
+A first run on an empty Numba cache spends most of its time compiling, one kernel after another, on one
+core. When some of the kernels a command needs are not in Numba's cache and the process may use a second
+core, :func:`warm` compiles the ``side`` groups in a helper process (``python -m ntpref.precompile GROUP
+...``, which fills Numba's on-disk cache and exits) while this process compiles the ``main`` groups; the
+side groups' kernels are then loaded from the cache at their first call here. Numba's cache holds what this
+process would have compiled, so no result changes, only the wall time of a first run. A helper that fails
+costs only time: this process then compiles what it still needs itself.
+
+A group is a call of the public code on a tiny input that compiles, with the argument types a real run
+passes, the kernels it names:
+
+    twostage.train    the normalized-GD loop of Algorithm 1 (``kernels.ngd_steps`` and the pass it runs)
+    twostage.solver   the max-margin solver (``least_norm``'s NNLS kernel)
+    twostage.pass     the one-call pass of ``forward`` / ``loss_and_grad`` on a small set (``pass_serial``)
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+HELPER_TIMEOUT = 300.0   # seconds: a helper still compiling after this is stopped (this process compiles)
+
+
+def _twostage_data():
+    from .twostage import model, random_realizable
+
+    ds = random_realizable(K=3, N=2, seed=0).dataset
+    return ds, model.prepare(ds)
+
+
+def _twostage_train() -> None:
+    from .progress import silent
+    from .twostage import two_stage
+
+    ds, prep = _twostage_data()
+    W = np.zeros((ds.d, ds.d))
+    two_stage.ngd(prep, W, W, True, W, np.zeros(ds.N, dtype=np.int64), 0.1, 0, "stable", set(), "numba",
+                  "stage 2", silent)
+
+
+def _twostage_solver() -> None:
+    from .twostage import least_norm
+
+    least_norm.least_norm(np.eye(2))
+
+
+def _twostage_pass() -> None:
+    from .twostage import two_stage
+
+    ds, _ = _twostage_data()
+    two_stage.loss_floor(ds, np.zeros((ds.d, ds.d)))
+
+
+def _kernels(name: str) -> list:
+    """The Numba dispatchers of group ``name``, whose cache tells whether it is compiled."""
+    from .twostage import kernels, least_norm
+
+    return {"twostage.train": [kernels.ngd_steps], "twostage.solver": [least_norm.nnls_kernel],
+            "twostage.pass": [kernels.pass_serial]}[name]
+
+
+#: group name -> the call that compiles it (module docstring)
+GROUPS = {"twostage.train": _twostage_train, "twostage.solver": _twostage_solver, "twostage.pass": _twostage_pass}
+
+
+def cached(name: str) -> bool:
+    """True when every kernel of group ``name`` has an entry in Numba's on-disk cache (its index file exists;
+    whether the entry fits this machine is Numba's to decide at the first call). The index file's path is
+    read from Numba's internals (``dispatcher._cache``); a Numba without them counts as cached, so nothing
+    is compiled ahead of use."""
+    for dispatcher in _kernels(name):
+        cache = getattr(dispatcher, "_cache", None)
+        index = getattr(getattr(cache, "_cache_file", None), "_index_path", None)
+        if index is not None and not os.path.exists(index):
+            return False
+    return True
+
+
+def _cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def warm(main: tuple[str, ...], side: tuple[str, ...], note=None) -> None:
+    """Compile the kernels of the groups ``main`` here and those of ``side`` in a helper process at the same
+    time, when some of them are not cached yet (nothing when all are); ``note(text)`` is told first. With one
+    core, or when every side group is cached, everything missing compiles here."""
+    missing = [name for name in (*main, *side) if not cached(name)]
+    if not missing:
+        return
+    if note is not None:
+        note("compiling the Numba kernels (first run on this machine; cached for the next ones)")
+    helper_groups = [name for name in side if name in missing] if _cores() > 1 else []
+    helper = _start_helper(helper_groups) if helper_groups else None
+    try:
+        for name in missing:
+            if name not in helper_groups:
+                GROUPS[name]()
+        if helper is not None:
+            helper.wait(timeout=HELPER_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        pass
+    finally:
+        if helper is not None and helper.poll() is None:
+            helper.kill()
+            helper.wait()
+
+
+def _start_helper(groups: list[str]) -> subprocess.Popen:
+    """``python -m ntpref.precompile GROUP ...`` with this process's environment and this ntpref first on
+    its path; its output is discarded."""
+    env = dict(os.environ)
+    root = str(Path(__file__).resolve().parents[1])
+    env["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [env.get("PYTHONPATH")])])
+    return subprocess.Popen([sys.executable, "-m", "ntpref.precompile", *groups], env=env,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def _main(argv: list[str]) -> int:
+    unknown = [name for name in argv if name not in GROUPS]
+    if unknown:
+        print(f"ntpref.precompile: unknown group(s) {', '.join(unknown)}; groups: {', '.join(GROUPS)}",
+              file=sys.stderr)
+        return 2
+    for name in argv:
+        GROUPS[name]()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_main(sys.argv[1:]))
