@@ -80,10 +80,11 @@ threads (prange), each block writing only its own rows. So results are bitwise i
 driver and any thread count. :func:`ngd_steps` runs whole stretches of Algorithm 1 (update and per-step
 metrics) on the serial pass, so a training loop makes one compiled call per chunk of steps.
 
-Compilation. :func:`_rows` and :func:`_pass` are inlined into their callers in Numba's IR
-(``inline="always"``) instead of being compiled as functions of their own: Numba optimises each compiled
-function together with every function it calls, so each level of calls costs another optimisation of the
-code below it. The machine code, and so every result, is the same.
+Compilation. :func:`_pass` is inlined into its callers in Numba's IR (``inline="always"``) instead of
+being compiled as a function of its own: Numba optimises each compiled function together with every
+function it calls, so each level of calls costs another optimisation of the code below it; the arithmetic,
+and so every result, is the same. :func:`_rows` is not inlined: inside the parallel driver's prange loop,
+inlined, it gave other values than the serial pass (tests/test_twostage_model.py compares them bitwise).
 """
 import math
 from collections import namedtuple
@@ -323,11 +324,11 @@ def slots(N, Lmax, K):
     return Slots(l1, u, attn, logits, gzt, rmax, e_rmax, losses, m, e_m, gz, a, gs, D, gap, v, gst, lam)
 
 
-@njit(cache=True, error_model="numpy", inline="always")
+@njit(cache=True, error_model="numpy")
 def _rows(i0, i1, mode, tokens, lengths, targets, weights, BovT, Bkq, slot_tuple):
     """All per-sentence work of a pass for sentences i0..i1-1 (writes only their rows of the slots);
     ``slot_tuple`` is the plain tuple of the :class:`Slots` (``ws[:]``: a parallel loop cannot pass the
-    named one, module docstring). Inlined into its callers, as :func:`_pass` is (module docstring)."""
+    named one, module docstring)."""
     ws = Slots(*slot_tuple)
     _forward_rows(i0, i1, tokens, lengths, targets, BovT, Bkq, ws)
     if mode == MODE_GRAD:
