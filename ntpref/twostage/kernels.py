@@ -80,11 +80,12 @@ threads (prange), each block writing only its own rows. So results are bitwise i
 driver and any thread count. :func:`ngd_steps` runs whole stretches of Algorithm 1 (update and per-step
 metrics) on the serial pass, so a training loop makes one compiled call per chunk of steps.
 
-Compilation. :func:`_pass` is inlined into its callers in Numba's IR (``inline="always"``) instead of
-being compiled as a function of its own: Numba optimises each compiled function together with every
-function it calls, so each level of calls costs another optimisation of the code below it; the arithmetic,
-and so every result, is the same. :func:`_rows` is not inlined: inside the parallel driver's prange loop,
-inlined, it gave other values than the serial pass (tests/test_twostage_model.py compares them bitwise).
+Compilation. :func:`_rows` and :func:`_pass` are inlined into their callers in Numba's IR
+(``inline="always"``) instead of being compiled as functions of their own: Numba optimises each compiled
+function together with every function it calls, so each level of calls costs another optimisation of the
+code below it; the arithmetic, and so every result, is the same. The parallel driver's prange loop calls
+:func:`_block`, :func:`_rows` compiled on its own: inlined into that loop, :func:`_rows` gave other values
+than the serial pass (tests/test_twostage_model.py compares them bitwise).
 """
 import math
 from collections import namedtuple
@@ -324,7 +325,7 @@ def slots(N, Lmax, K):
     return Slots(l1, u, attn, logits, gzt, rmax, e_rmax, losses, m, e_m, gz, a, gs, D, gap, v, gst, lam)
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", inline="always")
 def _rows(i0, i1, mode, tokens, lengths, targets, weights, BovT, Bkq, slot_tuple):
     """All per-sentence work of a pass for sentences i0..i1-1 (writes only their rows of the slots);
     ``slot_tuple`` is the plain tuple of the :class:`Slots` (``ws[:]``: a parallel loop cannot pass the
@@ -350,6 +351,13 @@ def _results(ws, mode):
     return Results(ws.losses, ws.lam, ws.logits, ws.gzt, ws.attn, ws.gst)
 
 
+@njit(cache=True, error_model="numpy")
+def _block(i0, i1, mode, tokens, lengths, targets, weights, BovT, Bkq, slot_tuple):
+    """:func:`_rows` compiled as a function of its own, for the parallel driver's prange loop (module
+    docstring, Compilation)."""
+    _rows(i0, i1, mode, tokens, lengths, targets, weights, BovT, Bkq, slot_tuple)
+
+
 @njit(cache=True, parallel=True, error_model="numpy")
 def sentences_parallel(tokens, lengths, targets, weights, Bov, Bkq, mode):
     """The per-sentence part of :func:`pass_serial` with blocks of BLOCK sentences spread over threads
@@ -362,7 +370,7 @@ def sentences_parallel(tokens, lengths, targets, weights, Bov, Bkq, mode):
     slot_tuple = ws[:]
     BovT = Bov.T.copy()
     for b in prange((N + BLOCK - 1) // BLOCK):
-        _rows(b * BLOCK, min(N, (b + 1) * BLOCK), mode, tokens, lengths, targets, weights, BovT, Bkq, slot_tuple)
+        _block(b * BLOCK, min(N, (b + 1) * BLOCK), mode, tokens, lengths, targets, weights, BovT, Bkq, slot_tuple)
     return _results(ws, mode)
 
 
