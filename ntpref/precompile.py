@@ -67,6 +67,9 @@ def _kernels(name: str) -> list:
 
 #: group name -> the call that compiles it (module docstring)
 GROUPS = {"twostage.train": _twostage_train, "twostage.solver": _twostage_solver, "twostage.pass": _twostage_pass}
+#: (main, side) groups of a run of Algorithm 1 (``twostage.train``): the loop here, the solver and the pass
+#: in the helper, the split that balances the two processes' compile times
+TWOSTAGE_TRAINING = (("twostage.train",), ("twostage.solver", "twostage.pass"))
 
 
 def cached(name: str) -> bool:

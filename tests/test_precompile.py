@@ -107,3 +107,15 @@ def test_a_sweep_prepares_once_before_its_first_cell_and_not_when_nothing_is_lef
     assert prepared == [1]
     run_sweep(_cell, cells, tmp_path, prepare=lambda: prepared.append(2))
     assert prepared == [1]
+
+
+def test_the_two_stage_targets_compile_their_training_kernels_side_by_side(monkeypatch):
+    from ntpref import reproduce
+    from ntpref.reproduce import figure2, generalization, width
+
+    calls = []
+    monkeypatch.setattr(precompile, "warm", lambda main, side, note=None: calls.append((main, side)))
+    for mod in (figure2, generalization):
+        reproduce._precompiler(mod, None)()
+    assert calls == [(("twostage.train",), ("twostage.solver", "twostage.pass"))] * 2
+    assert reproduce._precompiler(width, None) is None

@@ -46,6 +46,7 @@ import numpy as np
 from tabulate import tabulate
 
 from ..errors import InputError
+from ..precompile import TWOSTAGE_TRAINING
 from ..sweep import CellArray
 from ..twostage import random_realizable, train
 from . import Summary
@@ -69,8 +70,7 @@ POWER_FIT_POINTS = 50    # 1 − ρ is fitted at this many log-spaced steps of [
 STAGE1 = {"loss0": "loss", "corr_ov": "corr", "norm_ov": "norm"}
 STAGE2 = {"loss": "loss", "corr_kq": "corr", "norm_kq": "norm", "excess": "excess", "accuracy": "accuracy",
           "attn_opt": "attn_opt"}
-#: a cell's kernels (ntpref.precompile): the training loop here, the solver and the pass in a helper process
-PRECOMPILE = (("twostage.train",), ("twostage.solver", "twostage.pass"))
+PRECOMPILE = TWOSTAGE_TRAINING    # a cell's kernels (ntpref.precompile)
 cells = seed_cells   # one cell per seed 0..seeds−1 with the rest of the configuration (K, N, T0, T)
 
 
