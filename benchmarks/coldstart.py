@@ -4,7 +4,8 @@
 Each target is one ``ntpref`` command in a fresh process. A cold run gets a new, empty temporary
 NUMBA_CACHE_DIR; the warm run after it reuses that directory, so it loads what the cold run compiled. Every
 run writes into a fresh temporary directory (``reproduce`` never resumes). Measured per run: the process's
-wall-clock seconds and its CPU seconds (user + system of the child, from ``resource.getrusage``); the table
+wall-clock seconds and its CPU seconds (user + system of the child and of the processes it started and
+waited for, such as the helper of :mod:`ntpref.precompile`, from ``resource.getrusage``); the table
 gives the median over ``--repeats`` pairs and the cold / warm ratio of each. The inputs are the small ones a
 first user tries: a 2-sentence two-stage input, a shallow transformer (n = 6, T = 5, m = 4, d = 4) and an
 IndRNN (n = 5, T = 4, m = 4, d = 3); ``--backend`` is left at its default (``auto``) unless a target names it.

@@ -2,11 +2,11 @@
 
 A first run on an empty Numba cache spends most of its time compiling, one kernel after another, on one
 core. When some of the kernels a command needs are not in Numba's cache and the process may use a second
-core, :func:`warm` compiles the ``side`` groups in a helper process (``python -m ntpref.precompile GROUP
-...``, which fills Numba's on-disk cache and exits) while this process compiles the ``main`` groups; the
-side groups' kernels are then loaded from the cache at their first call here. Numba's cache holds what this
-process would have compiled, so no result changes, only the wall time of a first run. A helper that fails
-costs only time: this process then compiles what it still needs itself.
+core, :func:`warm` compiles the ``side`` groups in a helper process (:func:`_main`, also ``python -m
+ntpref.precompile GROUP ...``, which fills Numba's on-disk cache and exits) while this process compiles the
+``main`` groups; the side groups' kernels are then loaded from the cache at their first call here. Numba's
+cache holds what this process would have compiled, so no result changes, only the wall time of a first
+run. A helper that fails costs only time: this process then compiles what it still needs itself.
 
 A group is a call of the public code on a tiny input that compiles, with the argument types a real run
 passes, the kernels it names:
@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-HELPER_TIMEOUT = 300.0   # seconds: a helper still compiling after this is stopped (this process compiles)
+HELPER_TIMEOUT = 300.0   # seconds this process waits for the helper after its own compiling; then it stops it
 
 
 def _twostage_data():
@@ -73,14 +73,18 @@ TWOSTAGE_TRAINING = (("twostage.train",), ("twostage.solver", "twostage.pass"))
 
 
 def cached(name: str) -> bool:
-    """True when every kernel of group ``name`` has an entry in Numba's on-disk cache (its index file exists;
-    whether the entry fits this machine is Numba's to decide at the first call). The index file's path is
-    read from Numba's internals (``dispatcher._cache``); a Numba without them counts as cached, so nothing
-    is compiled ahead of use."""
+    """True when Numba's on-disk cache holds entries of every kernel of group ``name`` that are current (the
+    index of the kernel's file is of this Numba and of the source as it is now; whether an entry fits this
+    machine is Numba's to decide at the first call). The index is read through Numba's internals
+    (``dispatcher._cache``); a Numba without them counts as cached, so nothing is compiled ahead of use."""
     for dispatcher in _kernels(name):
-        cache = getattr(dispatcher, "_cache", None)
-        index = getattr(getattr(cache, "_cache_file", None), "_index_path", None)
-        if index is not None and not os.path.exists(index):
+        load = getattr(getattr(getattr(dispatcher, "_cache", None), "_cache_file", None), "_load_index", None)
+        if load is None:
+            continue
+        try:
+            if not load():
+                return False
+        except Exception:      # noqa: BLE001 - an unreadable index is an empty one to Numba as well
             return False
     return True
 
@@ -92,17 +96,20 @@ def _cores() -> int:
 def warm(main: tuple[str, ...], side: tuple[str, ...], note=None) -> None:
     """Compile the kernels of the groups ``main`` here and those of ``side`` in a helper process at the same
     time, when some of them are not cached yet (nothing when all are); ``note(text)`` is told first. With one
-    core, or when every side group is cached, everything missing compiles here."""
+    core, or when only side groups are missing (a helper would leave this process waiting), or when the
+    helper cannot be started, everything missing compiles here."""
     missing = [name for name in (*main, *side) if not cached(name)]
     if not missing:
         return
     if note is not None:
         note("compiling the Numba kernels (first run on this machine; cached for the next ones)")
-    helper_groups = [name for name in side if name in missing] if _cores() > 1 else []
-    helper = _start_helper(helper_groups) if helper_groups else None
+    to_helper = [name for name in side if name in missing]
+    helper = None
+    if to_helper and any(name in missing for name in main) and _cores() > 1:
+        helper = _start_helper(to_helper)
     try:
         for name in missing:
-            if name not in helper_groups:
+            if helper is None or name not in to_helper:
                 GROUPS[name]()
         if helper is not None:
             helper.wait(timeout=HELPER_TIMEOUT)
@@ -114,14 +121,18 @@ def warm(main: tuple[str, ...], side: tuple[str, ...], note=None) -> None:
             helper.wait()
 
 
-def _start_helper(groups: list[str]) -> subprocess.Popen:
-    """``python -m ntpref.precompile GROUP ...`` with this process's environment and this ntpref first on
-    its path; its output is discarded."""
-    env = dict(os.environ)
+def _start_helper(groups: list[str]) -> subprocess.Popen | None:
+    """A helper process running :func:`_main` on ``groups`` with this process's environment and this ntpref
+    first on its path (ahead of the current directory); its output is discarded. None when it cannot be
+    started."""
     root = str(Path(__file__).resolve().parents[1])
-    env["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [env.get("PYTHONPATH")])])
-    return subprocess.Popen([sys.executable, "-m", "ntpref.precompile", *groups], env=env,
-                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); from ntpref.precompile import _main; "
+            "sys.exit(_main(sys.argv[2:]))")
+    try:
+        return subprocess.Popen([sys.executable, "-c", code, root, *groups], stdin=subprocess.DEVNULL,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    except OSError:
+        return None
 
 
 def _main(argv: list[str]) -> int:

@@ -381,8 +381,9 @@ def run_sweep(fn: Callable[..., Mapping], cells: list[dict], outdir: str | os.Pa
     executor: see module docstring. progress(label, done, total) is called after each finished cell (done
     counts skipped cells). version: the cells' ``cell_version`` (files of another version are recomputed).
     expect(params): the arrays ``fn(**params)`` returns (files holding others are recomputed).
-    prepare(): called once before the first cell when cells run on this machine (in this process or local
-    workers) and some are to be computed, e.g. to compile their kernels (:func:`ntpref.precompile.warm`).
+    prepare(): called once before the first cell when some are to be computed in this process or its pool
+    of ``workers`` processes (not with a scheduler, a Dask cluster or an executor), e.g. to compile their
+    kernels (:func:`ntpref.precompile.warm`).
     A failing cell re-raises after the cells already finished are saved.
     """
     for name, value in (("workers", workers), ("dask_local", dask_local)):

@@ -16,7 +16,11 @@ import numpy as np
 from ntpref import precompile
 from ntpref.twostage import least_norm
 before = precompile.cached("twostage.solver")
-precompile.warm((), ("twostage.solver",))
+cached = precompile.cached                      # a main group of no kernels, so the solver goes to the helper
+precompile.cached = lambda name: name != "probe.main" and cached(name)
+precompile.GROUPS["probe.main"] = lambda: None
+precompile.warm(("probe.main",), ("twostage.solver",))
+precompile.cached = cached
 after = precompile.cached("twostage.solver")
 compiled_here = len(least_norm.nnls_kernel.signatures)
 w, _ = least_norm.least_norm(np.array([[1.0, 0.0], [0.0, 2.0]]))
@@ -78,6 +82,73 @@ def test_with_one_core_everything_missing_compiles_here(monkeypatch):
     assert calls == ["a", "b", "c"]
 
 
+def test_with_only_side_groups_missing_they_compile_here(monkeypatch):
+    calls = []
+    _recording_groups(monkeypatch, calls)
+    monkeypatch.setattr(precompile, "cached", lambda name: name == "a")
+    monkeypatch.setattr(precompile, "_cores", lambda: 2)
+    monkeypatch.setattr(precompile, "_start_helper", lambda groups: pytest.fail("helper started"))
+    precompile.warm(("a",), ("b", "c"))
+    assert calls == ["b", "c"]
+
+
+def test_a_helper_that_cannot_start_leaves_its_groups_to_this_process(monkeypatch):
+    calls = []
+    _recording_groups(monkeypatch, calls)
+    monkeypatch.setattr(precompile, "cached", lambda name: False)
+    monkeypatch.setattr(precompile, "_cores", lambda: 2)
+    monkeypatch.setattr(precompile.sys, "executable", "/nonexistent/python")
+    precompile.warm(("a",), ("b", "c"))
+    assert calls == ["a", "b", "c"]
+
+
+def _sleeping_helper(started):
+    def start(groups):
+        started.append(subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"]))
+        return started[-1]
+    return start
+
+
+def test_a_helper_still_running_after_the_timeout_is_stopped_and_reaped(monkeypatch):
+    calls, started = [], []
+    _recording_groups(monkeypatch, calls)
+    monkeypatch.setattr(precompile, "cached", lambda name: False)
+    monkeypatch.setattr(precompile, "_cores", lambda: 2)
+    monkeypatch.setattr(precompile, "HELPER_TIMEOUT", 0.2)
+    monkeypatch.setattr(precompile, "_start_helper", _sleeping_helper(started))
+    precompile.warm(("a",), ("b",))
+    assert calls == ["a"] and started[0].returncode is not None
+
+
+def test_a_failure_here_stops_the_helper(monkeypatch):
+    started = []
+
+    def fail():
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(precompile, "GROUPS", {"a": fail, "b": lambda: None})
+    monkeypatch.setattr(precompile, "cached", lambda name: False)
+    monkeypatch.setattr(precompile, "_cores", lambda: 2)
+    monkeypatch.setattr(precompile, "_start_helper", _sleeping_helper(started))
+    with pytest.raises(KeyboardInterrupt):
+        precompile.warm(("a",), ("b",))
+    assert started[0].returncode is not None
+
+
+def test_each_group_compiles_what_a_real_training_run_calls():
+    """After the groups, a small run of Algorithm 1 (training, solver, loss floor) adds no signature to their
+    kernels: the groups compile (or load) exactly the specialisations a real run uses."""
+    from ntpref.twostage import random_realizable, train
+
+    for name in precompile.GROUPS:
+        precompile.GROUPS[name]()
+    kernels = [k for name in precompile.GROUPS for k in precompile._kernels(name)]
+    before = [list(k.signatures) for k in kernels]
+    assert all(before)
+    train(random_realizable(K=5, N=12, seed=3).dataset, T0=4, T=4)
+    assert [list(k.signatures) for k in kernels] == before
+
+
 def test_a_failing_helper_costs_only_time(monkeypatch):
     calls = []
     _recording_groups(monkeypatch, calls)
@@ -103,10 +174,18 @@ def _cell(x):
 def test_a_sweep_prepares_once_before_its_first_cell_and_not_when_nothing_is_left(tmp_path):
     prepared = []
     cells = [{"x": 1}, {"x": 2}]
-    run_sweep(_cell, cells, tmp_path, prepare=lambda: prepared.append(1))
-    assert prepared == [1]
-    run_sweep(_cell, cells, tmp_path, prepare=lambda: prepared.append(2))
-    assert prepared == [1]
+    run_sweep(_cell, cells, tmp_path, prepare=lambda: prepared.append(sorted(tmp_path.iterdir())))
+    assert prepared == [[]] and len(list(tmp_path.glob("*.npz"))) == 2
+    run_sweep(_cell, cells, tmp_path, prepare=lambda: prepared.append("again"))
+    assert prepared == [[]]
+
+
+def test_a_sweep_on_an_executor_does_not_prepare(tmp_path):
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(1) as ex:
+        run_sweep(_cell, [{"x": 1}], tmp_path, executor=ex, prepare=lambda: pytest.fail("prepared"))
+    assert len(list(tmp_path.glob("*.npz"))) == 1
 
 
 def test_the_two_stage_targets_compile_their_training_kernels_side_by_side(monkeypatch):

@@ -83,9 +83,12 @@ metrics) on the serial pass, so a training loop makes one compiled call per chun
 Compilation. :func:`_rows` and :func:`_pass` are inlined into their callers in Numba's IR
 (``inline="always"``) instead of being compiled as functions of their own: Numba optimises each compiled
 function together with every function it calls, so each level of calls costs another optimisation of the
-code below it; the arithmetic, and so every result, is the same. The parallel driver's prange loop calls
-:func:`_block`, :func:`_rows` compiled on its own: inlined into that loop, :func:`_rows` gave other values
-than the serial pass (tests/test_twostage_model.py compares them bitwise).
+code below it. The serial results kept their bits (the stored cases, and two-stage training runs compared
+bit for bit before and after). The parallel driver's prange loop calls :func:`_block`, :func:`_rows`
+compiled on its own: inlined into that loop, :func:`_rows` gave other values than the serial pass, which
+tests/test_twostage_model.py compares with the parallel driver bitwise for 1 and 2 threads. The row range
+starts as ``np.int64(0)``, not a literal 0, so both drivers call the one compilation of each phase (Numba
+compiles a kernel once more for a literal argument).
 """
 import math
 from collections import namedtuple
@@ -379,7 +382,7 @@ def _pass(tokens, lengths, targets, weights, BovT, Bkq, mode, ws, c, GovT, Gkq):
     """One serial pass over a weighted sentence set into the work slots ``ws`` (see :func:`slots`), with
     c [N] for the factors c_i and the zeroed sums GovT = G_ov^T, Gkq [K, K]; returns (loss, log_scale) as
     :func:`reduce`."""
-    _rows(0, tokens.shape[0], mode, tokens, lengths, targets, weights, BovT, Bkq, ws[:])
+    _rows(np.int64(0), tokens.shape[0], mode, tokens, lengths, targets, weights, BovT, Bkq, ws[:])   # not a literal 0
     r = _results(ws, mode)
     return _reduce_into(tokens, lengths, weights, mode, r.losses, r.lam, r.gz, r.attn, r.gs, c, GovT, Gkq)
 
