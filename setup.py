@@ -56,5 +56,5 @@ setup(
         "crosscheck": ["torch==2.13.0", "jax>=0.4.30,<0.13", "jaxlib>=0.4.30,<0.13"],
         "dist": ["dask[distributed]>=2024.8"],
     },
-    entry_points={"console_scripts": ["ntpref=ntpref.cli:main"]},
+    entry_points={"console_scripts": ["ntpref=ntpref.cli:command"]},
 )

@@ -11,6 +11,7 @@ its sub-commands with ``set_defaults(func=handler)``; ``handler(args) -> int`` i
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib
 import os
 import re
@@ -213,6 +214,16 @@ def main(argv: list[str] | None = None) -> int:
         return status if signum is None else interrupt.report(signum)
 
 
+def command() -> int:
+    """The console script ``ntpref``: :func:`main` on the process's arguments, after which the objects left
+    in the process are exempted from the garbage collector (``gc.freeze``). The process ends right after
+    and frees them; a last collection at exit would first walk every object of Numba's compiler and of
+    matplotlib (a few tenths of a second after a ``reproduce``). Every output is written and closed by then."""
+    status = main()
+    gc.freeze()
+    return status
+
+
 def _run(argv: list[str] | None) -> int:
     configure_process()      # before any ntpref module imports Numba (ntpref.numba_target)
     check_thread_variables()
@@ -274,4 +285,4 @@ def _failure(exc: BaseException) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(command())

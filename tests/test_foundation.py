@@ -1,4 +1,5 @@
 """Foundation: validation helpers, npz I/O and the command line's error contract."""
+import gc
 import subprocess
 import sys
 
@@ -98,6 +99,20 @@ def test_cli_bad_input_is_one_line_exit_2(tmp_path, capsys):
 def test_console_script_usage_error_exit_2():
     r = subprocess.run([sys.executable, "-m", "ntpref.cli", "eval"], capture_output=True, text=True)
     assert r.returncode == 2 and "Traceback" not in r.stderr
+
+
+def test_the_console_script_returns_mains_status_and_leaves_the_collector_frozen():
+    """``ntpref`` is ``cli.command``: main's exit status, then the process's objects frozen for its exit
+    (main itself, which tests and embedding programs call, freezes nothing)."""
+    code = ("import gc, sys; from ntpref import cli; sys.argv = ['ntpref', *sys.argv[1:]]; "
+            "frozen = gc.get_freeze_count(); status = cli.command(); "
+            "print(status, frozen, gc.get_freeze_count() > 0, file=sys.stderr)")
+    r = subprocess.run([sys.executable, "-c", code, "eval"], capture_output=True, text=True)
+    assert r.stderr.splitlines()[-1] == "2 0 True"
+    r = subprocess.run([sys.executable, "-c", code, "--version"], capture_output=True, text=True)
+    assert r.stderr.splitlines()[-1] == "0 0 True" and r.stdout.startswith("ntpref ")
+    before = gc.get_freeze_count()
+    assert main(["--version"]) == 0 and gc.get_freeze_count() == before
 
 
 def test_progress_throttles_and_prints_completion_once():

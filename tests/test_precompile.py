@@ -136,17 +136,45 @@ def test_a_failure_here_stops_the_helper(monkeypatch):
 
 
 def test_each_group_compiles_what_a_real_training_run_calls():
-    """After the groups, a small run of Algorithm 1 (training, solver, loss floor) adds no signature to their
-    kernels: the groups compile (or load) exactly the specialisations a real run uses."""
-    from ntpref.twostage import random_realizable, train
+    """After the groups, a small run of Algorithm 1 (training, solver, loss floor) and a forward pass add no
+    signature to their kernels: the groups compile (or load) exactly the specialisations a real run uses."""
+    from ntpref.twostage import forward, random_realizable, train
 
     for name in precompile.GROUPS:
         precompile.GROUPS[name]()
     kernels = [k for name in precompile.GROUPS for k in precompile._kernels(name)]
     before = [list(k.signatures) for k in kernels]
     assert all(before)
-    train(random_realizable(K=5, N=12, seed=3).dataset, T0=4, T=4)
+    ds = random_realizable(K=5, N=12, seed=3).dataset
+    res = train(ds, T0=4, T=4)
+    forward(ds, res.W_ov, res.W_kq)
     assert [list(k.signatures) for k in kernels] == before
+
+
+LOOP_LOADS_PHASES = r"""
+import json
+from ntpref.twostage import kernels, random_realizable, train
+train(random_realizable(K=5, N=12, seed=3).dataset, T0=4, T=4)
+phases = (kernels.reduce_into, kernels.kq_stable_rows)
+print(json.dumps({"hits": [sum(k.stats.cache_hits.values()) for k in phases],
+                  "misses": [sum(k.stats.cache_misses.values()) for k in phases],
+                  "pass_serial": len(kernels.pass_serial.signatures)}))
+"""
+
+
+def test_the_training_loop_loads_the_phases_another_process_compiled_and_needs_no_other_pass(tmp_path):
+    """The helper's share of a training run's compilation: after ``python -m ntpref.precompile
+    twostage.phases`` filled an empty cache, a run of Algorithm 1 loads both kernels from it instead of
+    compiling them, and its loss floor compiles no second pass (``pass_serial``)."""
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "numba")}
+    helper = subprocess.run([sys.executable, "-m", "ntpref.precompile", "twostage.phases"], env=env, cwd=tmp_path,
+                            capture_output=True, text=True, timeout=300)
+    assert helper.returncode == 0, helper.stderr
+    proc = subprocess.run([sys.executable, "-c", LOOP_LOADS_PHASES], env=env, cwd=tmp_path, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout.splitlines()[-1])
+    assert out == {"hits": [1, 1], "misses": [0, 0], "pass_serial": 0}
 
 
 def test_a_failing_helper_costs_only_time(monkeypatch):
@@ -196,5 +224,6 @@ def test_the_two_stage_targets_compile_their_training_kernels_side_by_side(monke
     monkeypatch.setattr(precompile, "warm", lambda main, side, note=None: calls.append((main, side)))
     for mod in (figure2, generalization):
         reproduce._precompiler(mod, None)()
-    assert calls == [(("twostage.train",), ("twostage.solver", "twostage.pass"))] * 2
+    assert calls == [(("twostage.train",), ("twostage.phases", "twostage.solver")),
+                     (("twostage.train",), ("twostage.phases", "twostage.solver", "twostage.pass"))]
     assert reproduce._precompiler(width, None) is None

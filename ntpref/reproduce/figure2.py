@@ -36,6 +36,10 @@ left out. The predicted rate (:func:`predicted_decay`, docs/twostage.md §6) is 
 in stage 2, L − L* ≈ A (1 − attention on x*) with a constant A, the attention gap is a sum of exp(−margin)
 terms, and each normalized step adds η γ/‖W_kq*‖ to the smallest margins once the step direction is that of
 W_kq*. The table compares it with the fitted rate and with the local rate over the last stretch of the run.
+
+The three figures are laid out by ``tight_layout`` and saved as laid out, not cropped (``crop=False`` of
+:func:`ntpref.reproduce.plots.save_figure`): cropping draws each figure once more, time that the README's
+first command, a quick run of this target, would spend.
 """
 from __future__ import annotations
 
@@ -240,7 +244,7 @@ def _six_panels(plt, per_seed, config, outdir: Path) -> Path:
         ax.legend(fontsize=8)
     title = (f"Two-stage normalized GD, random realizable data: K = d = {K}, N = {config['N']}, "
              f"$\\eta_0$ = 0.2/√d, $\\eta$ = 0.05/√d\n(top: stage 1, bottom: stage 2 from the zero-init stage 1)")
-    return finish_figure(fig, title, outdir / "figure2.png")
+    return finish_figure(fig, title, outdir / "figure2.png", crop=False)
 
 
 def _gap_figure(plt, per_seed, mean_fit, predicted: float, outdir: Path) -> Path:
@@ -280,7 +284,7 @@ def _gap_figure(plt, per_seed, mean_fit, predicted: float, outdir: Path) -> Path
     ax2.grid(alpha=0.3)
     ax2.legend(fontsize=8)
     fig.tight_layout()
-    return save_figure(fig, outdir / "gap.png")
+    return save_figure(fig, outdir / "gap.png", crop=False)
 
 
 def _direction_figure(plt, per_seed, mean_power, outdir: Path) -> Path:
@@ -311,7 +315,7 @@ def _direction_figure(plt, per_seed, mean_power, outdir: Path) -> Path:
     ax.legend(fontsize=8)
     ax2.legend(fontsize=8)
     fig.tight_layout()
-    return save_figure(fig, outdir / "direction.png")
+    return save_figure(fig, outdir / "direction.png", crop=False)
 
 
 def summarize(results: list, outdir) -> Summary:

@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 from tabulate import tabulate
 
-from ..precompile import TWOSTAGE_TRAINING
+from ..precompile import TWOSTAGE_TRAINING_AND_PASS
 from ..sweep import CellArray
 from ..twostage import generalization_curve, random_realizable, unseen_parts, unseen_sentences
 from ..twostage.generalization import METRICS
@@ -65,7 +65,7 @@ METRIC_LABELS = {"accuracy": "accuracy", "attn_max": r"attention mass on $\hat x
 CHECKPOINTS_UNIFORM, CHECKPOINTS_LOG = 100, 30
 UNSEEN_SEED_OFFSET = 1_000_000   # the unseen sentences use their own random stream, not the dataset's
 LONG_SEED_OFFSET = 3_000_000     # and the longer ones another one
-PRECOMPILE = TWOSTAGE_TRAINING   # a cell's kernels (ntpref.precompile)
+PRECOMPILE = TWOSTAGE_TRAINING_AND_PASS   # a cell's kernels (ntpref.precompile): it evaluates with forward
 cells = seed_cells               # one cell per seed 0..seeds−1 with the rest of the configuration
 
 

@@ -21,22 +21,25 @@ def pyplot():
     return plt
 
 
-def save_figure(fig, path: str | Path) -> Path:
-    """Write ``fig`` as PNG atomically (dpi 110; missing directories are created) and close it."""
+def save_figure(fig, path: str | Path, *, crop: bool = True) -> Path:
+    """Write ``fig`` as PNG atomically (dpi 110; missing directories are created) and close it. ``crop``: the
+    saved area is cropped to what is drawn (``bbox_inches="tight"``, which draws the figure once more to
+    measure it); otherwise the whole canvas is saved, for a figure already laid out by ``tight_layout``."""
     path = Path(path)
+    extent = {"bbox_inches": "tight"} if crop else {}
     try:
-        atomic_write(path, lambda fh: fig.savefig(fh, format="png", dpi=110, bbox_inches="tight"))
+        atomic_write(path, lambda fh: fig.savefig(fh, format="png", dpi=110, **extent))
     finally:
         pyplot().close(fig)
     return path
 
 
-def finish_figure(fig, title: str, path: str | Path, **text) -> Path:
+def finish_figure(fig, title: str, path: str | Path, *, crop: bool = True, **text) -> Path:
     """Give ``fig`` its overall title (``fig.suptitle(title, **text)``, e.g. ``fontsize=10``), lay it out
-    tightly and write it with :func:`save_figure`; returns the path."""
+    tightly and write it with :func:`save_figure` (``crop`` as there); returns the path."""
     fig.suptitle(title, **text)
     fig.tight_layout()
-    return save_figure(fig, path)
+    return save_figure(fig, path, crop=crop)
 
 
 def band(ax, t, values, label, color, log=False, ls="-"):

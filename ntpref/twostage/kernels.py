@@ -264,7 +264,7 @@ def _naive_rows(i0, i1, tokens, lengths, BovT, ws):
 
 
 @njit(cache=True, error_model="numpy")
-def _kq_stable_rows(i0, i1, tokens, lengths, weights, BovT, Bkq, ws):
+def kq_stable_rows(i0, i1, tokens, lengths, weights, BovT, Bkq, ws):
     """Log-scaled attention gradients of sentences i0..i1-1 (module docstring) into the slots ``ws``:
     a[i] = ã from g̃, D[i] = D_l, gap[i] = s_2 - s_1, v[i] = v_l (1 on A and padding), then gst[i] = g̃_s
     and lam[i] = λ_i = σ + m + log w_i (-inf, gst[i] = 0, when g_s = 0 exactly)."""
@@ -338,7 +338,7 @@ def _rows(i0, i1, mode, tokens, lengths, targets, weights, BovT, Bkq, slot_tuple
     if mode == MODE_GRAD:
         _naive_rows(i0, i1, tokens, lengths, BovT, ws)
     elif mode == MODE_KQ_STABLE:
-        _kq_stable_rows(i0, i1, tokens, lengths, weights, BovT, Bkq, ws)
+        kq_stable_rows(i0, i1, tokens, lengths, weights, BovT, Bkq, ws)
     elif mode == MODE_OV_STABLE:
         for i in range(i0, i1):
             ws.lam[i] = ws.m[i] + math.log(weights[i]) if weights[i] > 0.0 and ws.m[i] > -np.inf else -np.inf
@@ -384,7 +384,7 @@ def _pass(tokens, lengths, targets, weights, BovT, Bkq, mode, ws, c, GovT, Gkq):
     :func:`reduce`."""
     _rows(np.int64(0), tokens.shape[0], mode, tokens, lengths, targets, weights, BovT, Bkq, ws[:])   # not a literal 0
     r = _results(ws, mode)
-    return _reduce_into(tokens, lengths, weights, mode, r.losses, r.lam, r.gz, r.attn, r.gs, c, GovT, Gkq)
+    return reduce_into(tokens, lengths, weights, mode, r.losses, r.lam, r.gz, r.attn, r.gs, c, GovT, Gkq)
 
 
 @njit(cache=True, error_model="numpy")
@@ -407,7 +407,7 @@ def pass_serial(tokens, lengths, targets, weights, Bov, Bkq, mode):
 
 
 @njit(cache=True, error_model="numpy")
-def _reduce_into(tokens, lengths, weights, mode, losses, lam, gz, attn, gs, c, GovT, Gkq):
+def reduce_into(tokens, lengths, weights, mode, losses, lam, gz, attn, gs, c, GovT, Gkq):
     """Serial sum of the slots in sentence order into the zeroed GovT = G_ov^T and Gkq, with c [N] for the
     factors c_i (w_i, or e^{λ_i - Λ} in one exponential loop in the stable modes); returns
     (loss, log_scale) as :func:`reduce`."""
@@ -459,7 +459,7 @@ def reduce(tokens, lengths, weights, mode, losses, lam, gz, attn, gs):
     K = gz.shape[1]
     GovT = np.zeros((K, K))          # G_ov^T: row τ collects column τ of G_ov
     Gkq = np.zeros((K, K))
-    loss, log_scale = _reduce_into(tokens, lengths, weights, mode, losses, lam, gz, attn, gs,
+    loss, log_scale = reduce_into(tokens, lengths, weights, mode, losses, lam, gz, attn, gs,
                                    np.empty(tokens.shape[0]), GovT, Gkq)
     return loss, log_scale, GovT.T.copy(), Gkq
 

@@ -246,7 +246,7 @@ def _np_pass(prep: Prepared, W_ov, W_kq):
 
 def _np_kq_stable(att: _Attention, a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(g̃_s [N, Lmax], σ [N]) with g_s = e^σ g̃_s: the log-scaled attention gradient of every sentence from
-    ã [N, Lmax], by the kernels' algorithm (twostage/kernels.py, ``_kq_stable_rows``): l1 the first arg max
+    ã [N, Lmax], by the kernels' algorithm (twostage/kernels.py, ``kq_stable_rows``): l1 the first arg max
     of the scores, the class A = {l : a_l = a_l1}, D_l = a_l − a_l1 (0 on A), s_2 = max_{l∉A} s_l,
     v_l = e^{s_l − s_2} (l ∉ A), P = Σ_{k∉A} u_k D_k, P_v = Σ_{k∉A} v_k D_k; then
     g̃_l = −u_l P_v on A, v_l (D_l U − P) off A, and σ = (s_2 − s_1) − 2 log U; σ = −inf and g̃ = 0 when every

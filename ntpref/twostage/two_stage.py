@@ -96,8 +96,19 @@ def token_frequency(ds: Dataset) -> np.ndarray:
 def loss_floor(ds: Dataset, W_ov, xstar=None, *, backend: str = "numba") -> float:
     """L* = mean_i −log softmax(E^T W_ov e_{x*_i})_{y_i} (docs/twostage.md §6): Eq. 1 with attention fully on
     the optimal token (each sentence reduced to the one-token sentence [x*] with the same target). W_ov [d, d];
-    xstar [N]: the optimal tokens when already known."""
-    return model.forward(optimal_token_sentences(ds, xstar), W_ov, None, backend=backend).loss
+    xstar [N]: the optimal tokens when already known.
+
+    Computed as the loss that :func:`ngd` records at t = 0 of a run of no step on those sentences: the
+    forward pass of :func:`ntpref.twostage.forward` (W_kq = 0; one-token sentences attend to their token
+    whatever W_kq), the same operations and bits, and a run of Algorithm 1 compiles only one Numba pass,
+    its training loop's."""
+    check_backend(backend)
+    sentences = optimal_token_sentences(ds, xstar)
+    W_ov = as_float("W_ov", W_ov, (ds.d, ds.d))
+    zero = np.zeros((ds.d, ds.d))
+    _, metrics, _, _ = ngd(model.prepare(sentences), W_ov, zero, False, zero, sentences.tokens[:, 0], 0.0, 0,
+                           "stable", set(), backend, "floor", silent)
+    return float(metrics["loss"][0])
 
 
 def prediction_metrics(ds: Dataset | model.Prepared, logits: np.ndarray, attn: np.ndarray,
@@ -227,7 +238,8 @@ def ngd(prep, W_ov, W_kq, train_kq, W_star, xstar, eta, T, method, snapshots, ba
     snaps = {}
     wrt = "kq" if train_kq else "ov"
     mode = model.kernel_mode(wrt, method)
-    W_star, xstar = np.ascontiguousarray(W_star, dtype=np.float64), np.ascontiguousarray(xstar, dtype=np.int64)
+    W_star = np.ascontiguousarray(W_star, dtype=np.float64)
+    xstar = np.array(xstar, dtype=np.int64)     # a writable copy: a read-only array is another Numba signature
     if backend == "numba" and not model.runs_parallel(prep):
         W_ov, W_kq = W_ov.copy(), W_kq.copy()            # trained in place
         W = W_kq if train_kq else W_ov
