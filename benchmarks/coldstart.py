@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from ntpref.npzio import atomic_write, check_output, save_npz
+from ntpref.oracle.contract import evaluate
 from ntpref.shallow import iid_init, indrnn
 from ntpref.twostage import five_token_example
 
@@ -48,10 +49,11 @@ def inputs() -> dict[str, dict]:
 
 
 def targets() -> dict[str, list[str]]:
-    """name → the command's arguments after ``ntpref``; {in:NAME} is the eval input NAME, {out} a fresh
-    output path (a file for eval, a directory for reproduce)."""
+    """name → the command's arguments after ``ntpref``; {in:NAME} is the eval input NAME, {res:NAME} its
+    outputs (the NumPy backend's), {out} a fresh output path (a file for eval, a directory for reproduce)."""
     out = {f"eval {m}": ["eval", "-q", f"{{in:{m}}}", "-o", "{out}/out.npz"] for m in inputs()}
     out["eval twostage --backend numba"] = ["eval", "-q", "--backend", "numba", "{in:twostage}", "-o", "{out}/out.npz"]
+    out["compare --input twostage"] = ["compare", "{res:twostage}", "{res:twostage}", "--input", "{in:twostage}"]
     out["conformance oracle_numpy"] = ["conformance", ADAPTER]
     out["reproduce twostage"] = ["reproduce", "twostage", "-q", "--out", "{out}/results"]
     return out
@@ -62,6 +64,7 @@ def _command(args: list[str], input_dir: Path, out_dir: Path) -> list[str]:
     for a in args:
         for name in inputs():
             a = a.replace(f"{{in:{name}}}", str(input_dir / f"{name}.npz"))
+            a = a.replace(f"{{res:{name}}}", str(input_dir / f"{name}.outputs.npz"))
         words.append(a.replace("{out}", str(out_dir)))
     return [sys.executable, "-m", "ntpref.cli", *words]
 
@@ -87,6 +90,7 @@ def measure(names: list[str], repeats: int, progress=print) -> list[tuple]:
         tmp = Path(tmp)
         for name, arrays in inputs().items():
             save_npz(tmp / f"{name}.npz", arrays)
+            save_npz(tmp / f"{name}.outputs.npz", evaluate(arrays, "numpy"))
         for name in names:
             runs = {"cold": [], "warm": []}
             for r in range(repeats):

@@ -346,10 +346,31 @@ def test_cli_input_uses_the_float64_policy(paired_case, capsys):
     assert main(args + ["--input", str(d / "input.npz")]) == 0
     out = capsys.readouterr().out
     assert f"tolerances: float64 policy for {d / 'input.npz'}" in out and re.search(r"\nf +\[12\] .* ok", out)
+    assert "its bounds from a run on numpy (auto: NumPy run estimated at" in out     # a small input
     assert main(args + ["--tolerances", str(d / "case.json")]) == 0          # export writes the same policy
     save_npz(d / "off.npz", {**expected, "grad_W": expected["grad_W"] * (1 + 1e-6)})
     assert main(["compare", str(d / "expected.npz"), str(d / "off.npz"), "--input", str(d / "input.npz")]) == 1
     assert re.search(r"\ngrad_W +\[8, 4, 4\] .* FAIL", capsys.readouterr().out)
+
+
+def test_cli_input_backend_is_named_and_sizes_the_same_bounds(paired_case, capsys):
+    """--backend chooses what runs the input of --input; the two backends' bounds agree to rounding (they
+    are sized from magnitudes of the same quantities), and --backend without --input is refused."""
+    from ntpref.oracle.compare import policy_tolerances
+    from ntpref.tolerance import BOUND_KEYS
+
+    d, expected = paired_case
+    args = ["compare", str(d / "expected.npz"), str(d / "plain.npz"), "--input", str(d / "input.npz")]
+    assert main(args + ["--backend", "numba"]) == 0
+    assert "its bounds from a run on numba\n" in capsys.readouterr().out
+    by = {b: policy_tolerances(d / "input.npz", expected, b) for b in ("numba", "numpy")}
+    assert by["numba"][1] == "numba" and by["numpy"][1] == "numpy"
+    assert set(by["numba"][0]) == set(by["numpy"][0]) == set(expected)
+    for name, tol in by["numba"][0].items():
+        for key in BOUND_KEYS:
+            assert getattr(by["numpy"][0][name], key) == pytest.approx(getattr(tol, key), rel=1e-12, abs=0), (name, key)
+    assert main(["compare", str(d / "expected.npz"), str(d / "plain.npz"), "--backend", "numpy"]) == 2
+    assert "give it only with --input" in capsys.readouterr().err
 
 
 def test_cli_input_for_a_training_run(tmp_path, capsys):

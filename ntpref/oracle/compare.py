@@ -36,6 +36,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from ..backend import AUTO, CHOICES, describe, resolve
+from ..backend import HELP as BACKEND_HELP
 from ..checks import did_you_mean, require_mapping
 from ..errors import InputError
 from ..jsonio import load_json
@@ -406,13 +408,18 @@ def load_tolerances(path, names: list[str] | None = None) -> tuple[dict[str, Tol
     return tols, tols.pop("default", None)
 
 
-def policy_tolerances(input_path, expected: Mapping[str, np.ndarray]) -> dict[str, Tolerance]:
+def policy_tolerances(input_path, expected: Mapping[str, np.ndarray],
+                      backend: str = AUTO) -> tuple[dict[str, Tolerance], str]:
     """The running error bound's tolerances (docs/tolerance.md) for the arrays of ``expected``, computed from
-    the run's input file (model from its ``model`` array; a train input when it holds ``eta``).
-    InputErrors name the file."""
+    the run's input file (model from its ``model`` array; a train input when it holds ``eta``) by running it
+    on ``backend`` ("auto": the NumPy backend for a small input, :mod:`ntpref.backend`), and the line
+    :func:`ntpref.backend.describe` gives for that choice. InputErrors name the file."""
     inputs = load_npz(input_path)
     try:
-        return bound_tolerances(model_of(inputs).name, run_kind(inputs), inputs, expected)
+        kind = run_kind(inputs)
+        chosen = resolve(backend, kind, inputs)
+        return (bound_tolerances(model_of(inputs).name, kind, inputs, expected, backend=chosen),
+                describe(backend, kind, inputs))
     except InputError as exc:
         raise InputError(f"{input_path}: {exc}") from None
 
@@ -429,14 +436,16 @@ def _handle(args) -> int:
     bounds = any(v is not None for v in (args.rtol, args.atol, args.atol_max_scale))
     if sum((bool(args.tolerances), bool(args.input), bounds)) > 1:
         raise InputError("give one of --tolerances, --input or --rtol/--atol/--atol-max-scale")
+    if args.backend is not None and not args.input:
+        raise InputError("--backend chooses what runs the input of --input; give it only with --input")
     expected, actual = load_npz(args.expected), load_npz(args.actual)
     tols, default = {}, FRAMEWORK_FLOAT64
     if args.tolerances:
         tols, given = load_tolerances(args.tolerances, names=[*expected, *actual])
         default = given if given is not None else default
     elif args.input:
-        tols = policy_tolerances(args.input, expected)
-        print(f"tolerances: float64 policy for {args.input} (docs/tolerance.md)")
+        tols, ran_on = policy_tolerances(args.input, expected, args.backend or AUTO)
+        print(f"tolerances: float64 policy for {args.input} (docs/tolerance.md), its bounds from a run on {ran_on}")
     elif bounds:
         try:
             default = given_bounds(rtol=args.rtol or 0.0, atol=args.atol or 0.0, atol_max_scale=args.atol_max_scale or 0.0)
@@ -469,6 +478,8 @@ def register(subparsers) -> None:
     p.add_argument("actual", metavar="ACTUAL.npz")
     p.add_argument("--input", metavar="INPUT.npz",
                    help="the eval/train input the results were computed from: use the float64 policy")
+    p.add_argument("--backend", choices=CHOICES, default=None,
+                   help=f"with --input: the backend that runs the input to size the bounds; {BACKEND_HELP}")
     p.add_argument("--rtol", type=float,
                    help="relative tolerance for every float array (default 0 when any bound is given)")
     p.add_argument("--atol", type=float, help="absolute tolerance")
