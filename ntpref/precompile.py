@@ -24,10 +24,13 @@ processes share the loop's work as well. Which process compiles a kernel never c
 """
 from __future__ import annotations
 
+import importlib
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -80,18 +83,30 @@ def _twostage_pass() -> None:
     model.forward(prep, W, W)
 
 
-def _kernels(name: str) -> list:
-    """The Numba dispatchers of group ``name``, whose cache tells whether it is compiled."""
-    from .twostage import kernels, least_norm
-
-    return {"twostage.train": [kernels.ngd_steps],
-            "twostage.phases": [kernels.reduce_into, kernels.kq_stable_rows],
-            "twostage.solver": [least_norm.nnls_kernel], "twostage.pass": [kernels.pass_serial]}[name]
+class Group(NamedTuple):
+    """A group of kernels (module docstring): ``compile()`` compiles them; ``kernels`` names their Numba
+    dispatchers ("module:name"), whose cache tells whether the group is compiled (:func:`cached`)."""
+    compile: Callable[[], None]
+    kernels: tuple[str, ...]
 
 
-#: group name -> the call that compiles it (module docstring)
-GROUPS = {"twostage.train": _twostage_train, "twostage.phases": _twostage_phases, "twostage.solver": _twostage_solver,
-          "twostage.pass": _twostage_pass}
+_KERNELS = "ntpref.twostage.kernels:"
+#: group name -> its :class:`Group` (module docstring)
+GROUPS = {"twostage.train": Group(_twostage_train, (_KERNELS + "ngd_steps",)),
+          "twostage.phases": Group(_twostage_phases, (_KERNELS + "reduce_into", _KERNELS + "kq_stable_rows")),
+          "twostage.solver": Group(_twostage_solver, ("ntpref.twostage.least_norm:nnls_kernel",)),
+          "twostage.pass": Group(_twostage_pass, (_KERNELS + "pass_serial",))}
+
+
+def dispatchers(name: str) -> list:
+    """The Numba dispatchers of group ``name`` (imported here)."""
+    out = []
+    for ref in GROUPS[name].kernels:
+        module, attr = ref.split(":")
+        out.append(getattr(importlib.import_module(module), attr))
+    return out
+
+
 #: (main, side) groups of a run of Algorithm 1 (``twostage.train``; its loss floor is a forward pass of the
 #: loop): the loop here; the phases, then the solver, in the helper
 TWOSTAGE_TRAINING = (("twostage.train",), ("twostage.phases", "twostage.solver"))
@@ -104,7 +119,7 @@ def cached(name: str) -> bool:
     index of the kernel's file is of this Numba and of the source as it is now; whether an entry fits this
     machine is Numba's to decide at the first call). The index is read through Numba's internals
     (``dispatcher._cache``); a Numba without them counts as cached, so nothing is compiled ahead of use."""
-    for dispatcher in _kernels(name):
+    for dispatcher in dispatchers(name):
         load = getattr(getattr(getattr(dispatcher, "_cache", None), "_cache_file", None), "_load_index", None)
         if load is None:
             continue
@@ -137,7 +152,7 @@ def warm(main: tuple[str, ...], side: tuple[str, ...], note=None) -> None:
     try:
         for name in missing:
             if helper is None or name not in to_helper:
-                GROUPS[name]()
+                GROUPS[name].compile()
         if helper is not None:
             helper.wait(timeout=HELPER_TIMEOUT)
     except subprocess.TimeoutExpired:
@@ -169,7 +184,7 @@ def _main(argv: list[str]) -> int:
               file=sys.stderr)
         return 2
     for name in argv:
-        GROUPS[name]()
+        GROUPS[name].compile()
     return 0
 
 

@@ -18,7 +18,7 @@ from ntpref.twostage import least_norm
 before = precompile.cached("twostage.solver")
 cached = precompile.cached                      # a main group of no kernels, so the solver goes to the helper
 precompile.cached = lambda name: name != "probe.main" and cached(name)
-precompile.GROUPS["probe.main"] = lambda: None
+precompile.GROUPS["probe.main"] = precompile.Group(lambda: None, ())
 precompile.warm(("probe.main",), ("twostage.solver",))
 precompile.cached = cached
 after = precompile.cached("twostage.solver")
@@ -45,7 +45,7 @@ def test_the_helper_compiles_into_the_cache_and_this_process_loads_from_it(tmp_p
 
 
 def _recording_groups(monkeypatch, calls):
-    groups = {name: (lambda name=name: calls.append(name)) for name in ("a", "b", "c")}
+    groups = {name: precompile.Group(lambda name=name: calls.append(name), ()) for name in ("a", "b", "c")}
     monkeypatch.setattr(precompile, "GROUPS", groups)
 
 
@@ -126,7 +126,8 @@ def test_a_failure_here_stops_the_helper(monkeypatch):
     def fail():
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(precompile, "GROUPS", {"a": fail, "b": lambda: None})
+    groups = {"a": precompile.Group(fail, ()), "b": precompile.Group(lambda: None, ())}
+    monkeypatch.setattr(precompile, "GROUPS", groups)
     monkeypatch.setattr(precompile, "cached", lambda name: False)
     monkeypatch.setattr(precompile, "_cores", lambda: 2)
     monkeypatch.setattr(precompile, "_start_helper", _sleeping_helper(started))
@@ -141,8 +142,8 @@ def test_each_group_compiles_what_a_real_training_run_calls():
     from ntpref.twostage import forward, random_realizable, train
 
     for name in precompile.GROUPS:
-        precompile.GROUPS[name]()
-    kernels = [k for name in precompile.GROUPS for k in precompile._kernels(name)]
+        precompile.GROUPS[name].compile()
+    kernels = [k for name in precompile.GROUPS for k in precompile.dispatchers(name)]
     before = [list(k.signatures) for k in kernels]
     assert all(before)
     ds = random_realizable(K=5, N=12, seed=3).dataset

@@ -445,7 +445,8 @@ def _handle(args) -> int:
         default = given if given is not None else default
     elif args.input:
         tols, ran_on = policy_tolerances(args.input, expected, args.backend or AUTO)
-        print(f"tolerances: float64 policy for {args.input} (docs/tolerance.md), its bounds from a run on {ran_on}")
+        print(f"tolerances: float64 policy for {args.input} (docs/tolerance.md), "
+              f"its bounds from a run on {ran_on}")
     elif bounds:
         try:
             default = given_bounds(rtol=args.rtol or 0.0, atol=args.atol or 0.0, atol_max_scale=args.atol_max_scale or 0.0)
