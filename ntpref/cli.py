@@ -195,7 +195,8 @@ def _checked_stdout():
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the console script; returns the exit status. SIGINT, SIGTERM and SIGHUP end it with
+    """The command line ``argv`` (default the process's) run, for the console script (:func:`command`) and
+    for callers in Python; returns the exit status. SIGINT, SIGTERM and SIGHUP end it with
     one line and status 128 + the signal's number (:mod:`ntpref.interrupt`); standard output is flushed
     before it returns, so that a failure to write it is reported here (:func:`_failure`)."""
     with interrupt.handling(), warnings.catch_warnings(), _checked_stdout():

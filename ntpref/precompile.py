@@ -60,7 +60,8 @@ def _twostage_phases() -> None:
     _, prep = _twostage_data()
     N, Lmax = prep.tokens.shape
     K = prep.K
-    ws = kernels.slots.py_func(N, Lmax, K)     # the slots' arrays, without compiling `slots` (the loop does)
+    slots = getattr(kernels.slots, "py_func", kernels.slots)   # plain Python: the loop compiles `slots`
+    ws = slots(N, Lmax, K)
     for slot in ws:
         slot[...] = 0                          # l1 indexes the sentences' positions
     kernels.reduce_into(prep.tokens, prep.lengths, prep.weights, np.int64(kernels.MODE_FORWARD), ws.losses,

@@ -373,6 +373,20 @@ def test_cli_input_backend_is_named_and_sizes_the_same_bounds(paired_case, capsy
     assert "give it only with --input" in capsys.readouterr().err
 
 
+def test_cli_input_runs_the_input_on_the_backend_it_names(paired_case, capsys, monkeypatch):
+    from ntpref.oracle import compare
+
+    ran = []
+    bound = compare.bound_tolerances
+    monkeypatch.setattr(compare, "bound_tolerances",
+                        lambda *a, backend: ran.append(backend) or bound(*a, backend=backend))
+    d, _ = paired_case
+    args = ["compare", str(d / "expected.npz"), str(d / "plain.npz"), "--input", str(d / "input.npz")]
+    for given, expect in ((None, "numpy"), ("numba", "numba"), ("numpy", "numpy")):
+        assert main(args + (["--backend", given] if given else [])) == 0
+        assert ran[-1] == expect and f"from a run on {expect}" in capsys.readouterr().out
+
+
 def test_cli_input_for_a_training_run(tmp_path, capsys):
     from ntpref.oracle.reference import export
 

@@ -138,7 +138,9 @@ def test_a_failure_here_stops_the_helper(monkeypatch):
 
 def test_each_group_compiles_what_a_real_training_run_calls():
     """After the groups, a small run of Algorithm 1 (training, solver, loss floor) and a forward pass add no
-    signature to their kernels: the groups compile (or load) exactly the specialisations a real run uses."""
+    signature to their kernels: the groups compile (or load) the specialisations a real run uses. (The
+    training group compiles the phases too, before their own group does; that the phases group alone
+    compiles the loop's types is the cache test below.)"""
     from ntpref.twostage import forward, random_realizable, train
 
     for name in precompile.GROUPS:

@@ -66,6 +66,19 @@ def test_five_token_naive_direction_stalls(five, five_run):
     assert five_run.stage2["corr"][20000] - naive.stage2["corr"][20000] > 0.25
 
 
+@pytest.mark.parametrize("embedding", ["onehot", "gaussian"])
+@pytest.mark.parametrize("backend", ["numba", "numpy"])
+def test_loss_floor_is_the_forward_loss_of_the_optimal_token_sentences_bit_for_bit(embedding, backend):
+    """On the Numba backend the floor is the loss the training loop records at t = 0; it is the forward pass
+    of the optimal-token sentences (W_kq = 0), bit for bit, on either backend and embedding."""
+    from ntpref.twostage import optimal_token_sentences
+
+    ds = random_realizable(K=9, N=40, seed=4, embedding=embedding, d=7 if embedding == "gaussian" else None).dataset
+    W_ov = np.random.default_rng(1).standard_normal((ds.d, ds.d))
+    expected = twostage.forward(optimal_token_sentences(ds), W_ov, None, backend=backend).loss
+    assert loss_floor(ds, W_ov, backend=backend) == expected
+
+
 def test_excess_loss_and_floor(five, five_run):
     res = five_run
     # L* = Eq. 1 with attention fully on x*: each sentence reduced to [x*]

@@ -98,16 +98,19 @@ def loss_floor(ds: Dataset, W_ov, xstar=None, *, backend: str = "numba") -> floa
     the optimal token (each sentence reduced to the one-token sentence [x*] with the same target). W_ov [d, d];
     xstar [N]: the optimal tokens when already known.
 
-    Computed as the loss that :func:`ngd` records at t = 0 of a run of no step on those sentences: the
-    forward pass of :func:`ntpref.twostage.forward` (W_kq = 0; one-token sentences attend to their token
-    whatever W_kq), the same operations and bits, and a run of Algorithm 1 compiles only one Numba pass,
-    its training loop's."""
+    The forward pass of :func:`ntpref.twostage.forward` (W_kq = 0: a one-token sentence attends to its token
+    whatever W_kq). Where the Numba backend runs the set serially, it is the loss that the compiled training
+    loop of :func:`ngd` records at t = 0 of a run of no step: the same operations, so the same bits, and a run
+    of Algorithm 1 compiles one Numba pass, its loop's."""
     check_backend(backend)
-    sentences = optimal_token_sentences(ds, xstar)
+    sentences = model.prepare(optimal_token_sentences(ds, xstar))
     W_ov = as_float("W_ov", W_ov, (ds.d, ds.d))
     zero = np.zeros((ds.d, ds.d))
-    _, metrics, _, _ = ngd(model.prepare(sentences), W_ov, zero, False, zero, sentences.tokens[:, 0], 0.0, 0,
-                           "stable", set(), backend, "floor", silent)
+    if backend != "numba" or model.runs_parallel(sentences):
+        return model.forward(sentences, W_ov, zero, backend=backend).loss
+    _, metrics, _, _ = ngd(sentences, W_ov, zero, train_kq=False, W_star=zero, xstar=sentences.tokens[:, 0],
+                           eta=0.0, T=0, method="stable", snapshots=set(), backend=backend, label="floor",
+                           progress=silent)
     return float(metrics["loss"][0])
 
 
