@@ -54,6 +54,7 @@ def targets() -> dict[str, list[str]]:
     out = {f"eval {m}": ["eval", "-q", f"{{in:{m}}}", "-o", "{out}/out.npz"] for m in inputs()}
     out["eval twostage --backend numba"] = ["eval", "-q", "--backend", "numba", "{in:twostage}", "-o", "{out}/out.npz"]
     out["compare --input twostage"] = ["compare", "{res:twostage}", "{res:twostage}", "--input", "{in:twostage}"]
+    out["compare --input twostage --backend numba"] = [*out["compare --input twostage"], "--backend", "numba"]
     out["conformance oracle_numpy"] = ["conformance", ADAPTER]
     out["reproduce twostage"] = ["reproduce", "twostage", "-q", "--out", "{out}/results"]
     return out
