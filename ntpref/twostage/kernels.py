@@ -460,7 +460,7 @@ def reduce(tokens, lengths, weights, mode, losses, lam, gz, attn, gs):
     GovT = np.zeros((K, K))          # G_ov^T: row τ collects column τ of G_ov
     Gkq = np.zeros((K, K))
     loss, log_scale = reduce_into(tokens, lengths, weights, mode, losses, lam, gz, attn, gs,
-                                   np.empty(tokens.shape[0]), GovT, Gkq)
+                                  np.empty(tokens.shape[0]), GovT, Gkq)
     return loss, log_scale, GovT.T.copy(), Gkq
 
 
