@@ -99,14 +99,14 @@ def loss_floor(ds: Dataset, W_ov, xstar=None, *, backend: str = "numba") -> floa
     xstar [N]: the optimal tokens when already known.
 
     The forward pass of :func:`ntpref.twostage.forward` (W_kq = 0: a one-token sentence attends to its token
-    whatever W_kq). Where the Numba backend runs the set serially, it is the loss that the compiled training
-    loop of :func:`ngd` records at t = 0 of a run of no step: the same operations, so the same bits, and a run
-    of Algorithm 1 compiles one Numba pass, its loop's."""
+    whatever W_kq). Where :func:`ngd` runs in compiled code (:func:`compiled_loop`), it is the loss that loop
+    records at t = 0 of a run of no step: the same operations, so the same bits, and a run of Algorithm 1
+    compiles one Numba pass, its loop's."""
     check_backend(backend)
     sentences = model.prepare(optimal_token_sentences(ds, xstar))
     W_ov = as_float("W_ov", W_ov, (ds.d, ds.d))
     zero = np.zeros((ds.d, ds.d))
-    if backend != "numba" or model.runs_parallel(sentences):
+    if not compiled_loop(sentences, backend):
         return model.forward(sentences, W_ov, zero, backend=backend).loss
     _, metrics, _, _ = ngd(sentences, W_ov, zero, train_kq=False, W_star=zero, xstar=sentences.tokens[:, 0],
                            eta=0.0, T=0, method="stable", snapshots=set(), backend=backend, label="floor",
@@ -225,6 +225,12 @@ CHUNK = 500
 """Steps per compiled call of the Numba training loop; progress is reported between chunks."""
 
 
+def compiled_loop(prep: model.Prepared, backend: str) -> bool:
+    """Whether :func:`ngd` runs its steps in compiled code (``kernels.ngd_steps``): the Numba backend on a set
+    that runs in one serial pass (not :func:`model.runs_parallel`)."""
+    return backend == "numba" and not model.runs_parallel(prep)
+
+
 def ngd(prep, W_ov, W_kq, train_kq, W_star, xstar, eta, T, method, snapshots, backend, label, progress):
     """Normalized GD on the weighted sentence set ``prep``, training W_kq (``train_kq``, W_ov frozen: stage
     2) or W_ov (stage 1, on the collocation set). Returns (trained W, metrics, Stop, snapshots) with the
@@ -243,7 +249,7 @@ def ngd(prep, W_ov, W_kq, train_kq, W_star, xstar, eta, T, method, snapshots, ba
     mode = model.kernel_mode(wrt, method)
     W_star = np.ascontiguousarray(W_star, dtype=np.float64)
     xstar = np.array(xstar, dtype=np.int64)     # a writable copy: a read-only array is another Numba signature
-    if backend == "numba" and not model.runs_parallel(prep):
+    if compiled_loop(prep, backend):
         W_ov, W_kq = W_ov.copy(), W_kq.copy()            # trained in place
         W = W_kq if train_kq else W_ov
         bounds = sorted(set(range(0, T + 1, CHUNK)) | set(snapshots) | {T + 1})
