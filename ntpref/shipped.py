@@ -31,7 +31,8 @@ _FAILING = ("detached_attention", "gradient_error", "one_over_m", "softmax_over_
             "signalled")
 #: The shipped conformance adapters (``ntpref conformance --adapter NAME``): name → (directory, file, the
 #: module it needs): the PyTorch and JAX restatements, and the NumPy adapters built on the oracle (correct
-#: ones, deliberately broken ones and misbehaving ones, as tests/test_conformance.py runs them).
+#: ones, deliberately broken ones and misbehaving ones, as tests/test_conformance_judging.py and
+#: tests/test_conformance_adapter_faults.py run them).
 ADAPTERS = {"torch-float64": ("adapters", "torch_float64.py", "torch"),
             "torch-float32": ("adapters", "torch_float32.py", "torch"),
             "jax-float64": ("adapters", "jax_float64.py", "jax"), "jax-float32": ("adapters", "jax_float32.py", "jax"),

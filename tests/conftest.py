@@ -2,6 +2,7 @@
 workers, each test file on one worker, so a module's fixtures are computed once; ``-n 0`` runs it in this
 process alone)."""
 import os
+import shutil
 import subprocess
 import sys
 
@@ -28,6 +29,40 @@ WARM_UP_GROUPS = (("twostage",), ("shallow", "indrnn"))
 def rng():
     """A fresh seeded generator per test (tests never depend on global random state)."""
     return np.random.default_rng(12345)
+
+
+# The stored reference runs' fixtures import ntpref when used: every pytest process loads this file, also
+# xdist's controller, which runs no test.
+@pytest.fixture(scope="module")
+def manifest():
+    """The manifest of the repository's stored reference runs (tests/reference_support.py)."""
+    from ntpref.oracle import manifest as mf
+    from reference_support import REPO_RUNS
+
+    return mf.load_manifest(REPO_RUNS)
+
+
+@pytest.fixture
+def runs(tmp_path, monkeypatch):
+    """A private copy of reference_runs, selected through NTPREF_REFERENCE_RUNS."""
+    from ntpref.oracle import manifest as mf
+    from reference_support import REPO_RUNS
+
+    root = tmp_path / "runs"
+    shutil.copytree(REPO_RUNS, root)
+    monkeypatch.setenv(mf.ENV_ROOT, str(root))
+    return root
+
+
+@pytest.fixture
+def tiny_width(monkeypatch):
+    """``reproduce width`` at a size that runs in about a second (2 seeds, m = 4 and 8, 5 steps); returns its
+    cells."""
+    from ntpref.reproduce import width
+    from cli_support import TINY_WIDTH
+
+    monkeypatch.setitem(width.SIZES, "quick", TINY_WIDTH)
+    return width.cells(**TINY_WIDTH)
 
 
 @pytest.hookimpl(optionalhook=True)

@@ -33,3 +33,7 @@ def indrnn_eval():
 
 def train_of(base):
     return {**base, "eta": np.array(0.1), "steps": np.array(2)}
+
+
+def shallow_train(**extra):
+    return {**shallow_eval(), "eta": np.array(0.1), "steps": np.array(2), **extra}

@@ -6,13 +6,10 @@ import numpy as np
 import pytest
 
 from ntpref.cli import main
-from ntpref.oracle import contract
 from ntpref.oracle.cases import random_cases, stored_cases
 from ntpref.oracle.conformance import RunReport, check, run
 
-
-def oracle(model, inputs):
-    return (contract.train if "eta" in inputs else contract.evaluate)({"model": model, **inputs})
+from conformance_support import oracle
 
 
 def flipped_correlations(model, inputs):

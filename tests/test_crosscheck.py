@@ -6,7 +6,7 @@ torch_float32.py and jax_float32.py must pass under --precision float32, and tor
 without it. Deliberately broken
 PyTorch implementations must fail with the case and array named: the plain autograd NGD direction
 in the late stage of Algorithm 1, and a 1e-3 gradient error in float32. (NumPy-only broken
-implementations are in tests/test_conformance.py.) Skipped with a reason when the framework is
+implementations are in tests/test_conformance_judging.py.) Skipped with a reason when the framework is
 absent, except under NTPREF_CROSSCHECK_REQUIRED=1 (CI), where a missing framework is a failure.
 """
 import json

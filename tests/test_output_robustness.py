@@ -14,18 +14,11 @@ import numba
 import pytest
 
 from ntpref import bench
-from ntpref.reproduce import width
 
-from test_hardening_cli import TINY_WIDTH, one_error, run
+from cli_support import TINY_WIDTH, one_error, run
 
 NTPREF = [sys.executable, "-m", "ntpref.cli"]
 FIFO_REFUSED = "cannot write: it is a FIFO, not a regular file (only regular files are replaced)"
-
-
-@pytest.fixture
-def tiny_width(monkeypatch):
-    """``reproduce width`` at a size that runs in about a second."""
-    monkeypatch.setitem(width.SIZES, "quick", TINY_WIDTH)
 
 
 @contextmanager

@@ -3,7 +3,6 @@ summation orders, another backend, independent straightforward code, ulp-level n
 outputs that are exactly zero in exact arithmetic, and fails a 1e-6 relative error in any array
 or a 1e-3 relative error in one gradient of a training run."""
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,7 +18,8 @@ from ntpref.shallow.activation import ACTIVATIONS
 from ntpref.twostage import magnitudes
 from ntpref.npzio import load_npz
 
-REPO_RUNS = Path(manifest.__file__).resolve().parents[2] / "reference_runs"
+from reference_support import REPO_RUNS
+
 MANIFEST = manifest.load_manifest(REPO_RUNS)
 CASES = list(MANIFEST["cases"])
 U = 2.0 ** -53
