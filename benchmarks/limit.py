@@ -70,7 +70,7 @@ def _log_loop(x, out):
         out[j] = math.log(x[j])
 
 
-def _best_seconds(f, *args, calls: int = 50, rounds: int = 200) -> float:
+def best_seconds(f, *args, calls: int = 50, rounds: int = 200) -> float:
     """Least time of one call of f(*args) over ``rounds`` batches of ``calls`` calls."""
     f(*args)
     best = math.inf
@@ -88,9 +88,9 @@ def measure() -> dict:
     rng = np.random.default_rng(0)
     x = rng.uniform(-20.0, 0.0, EXP_N)       # the kernels' exponents are ≤ 0
     out = np.empty_like(x)
-    exp_s = _best_seconds(_exp_loop, x, out) / EXP_N
-    log_s = _best_seconds(_log_loop, rng.uniform(1.0, 10.0, EXP_N), out) / EXP_N
-    addmul = 4 * EXP_N / _best_seconds(_addmul_loop, x, out)
+    exp_s = best_seconds(_exp_loop, x, out) / EXP_N
+    log_s = best_seconds(_log_loop, rng.uniform(1.0, 10.0, EXP_N), out) / EXP_N
+    addmul = 4 * EXP_N / best_seconds(_addmul_loop, x, out)
     return dict(exp_seconds=exp_s, log_seconds=log_s, addmul_per_second=addmul)
 
 

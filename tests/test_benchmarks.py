@@ -258,6 +258,35 @@ def test_limit_counts_are_the_per_sentence_formulas():
     assert c["compulsory_bytes"] == 8 * (4 * Lmax + 3 * 4 + 4 * K * K)
 
 
+@pytest.mark.parametrize("K, lengths", [(5, (1, 6)), (20, (2, 6))])
+def test_lanes_forward_is_the_kernels_forward_bit_for_bit(K, lengths):
+    """benchmarks.lanes restates the forward pass with eight sentences per vector: the same loss, per-sentence
+    losses, logits and attention as kernels.pass_serial, bit for bit (one-token sentences, padding, negative
+    and positive r_max included)."""
+    from ntpref import twostage
+    from ntpref.twostage import kernels
+
+    prep = twostage.prepare(twostage.random_realizable(K=K, N=48, min_len=lengths[0], max_len=lengths[1],
+                                                       seed=3).dataset)
+    rng = np.random.default_rng(K)
+    votes = np.zeros((K, K))                       # W_ov[y, τ] += 1 for each token of a sentence with target y
+    for tokens, L, y in zip(prep.tokens, prep.lengths, prep.targets):
+        np.add.at(votes[y], tokens[:L], 1.0)
+    signs = []
+    for W_ov, W_kq in (*rng.standard_normal((2, 2, K, K)), (30.0 * votes, rng.standard_normal((K, K)))):
+        data = (prep.tokens, prep.lengths, prep.targets, prep.weights, W_ov, W_kq)
+        serial = kernels.pass_serial(*data, kernels.MODE_FORWARD)
+        lanes = bm.lanes.forward_lanes(*data)
+        for a, b in zip((serial[0], *serial[2:5]), lanes):
+            assert np.asarray(a).tobytes() == np.asarray(b).tobytes()
+        r = serial[3] - serial[3][np.arange(48), prep.targets][:, None]
+        r[np.arange(48), prep.targets] = -np.inf
+        signs += np.sign(r.max(axis=1)).tolist()
+    assert {-1.0, 1.0} <= set(signs)               # both branches of the loss: r_max > 0 and r_max < 0
+    with pytest.raises(ValueError, match="multiple of 8"):
+        bm.lanes.forward_lanes(prep.tokens[:7], prep.lengths[:7], prep.targets[:7], prep.weights[:7], W_ov, W_kq)
+
+
 def test_readme_commands_are_the_two_that_ci_runs():
     """benchmarks.readme_commands times the same two README lines as .ci/run's parser extracts."""
     from benchmarks.readme_commands import readme_commands
