@@ -1,5 +1,5 @@
 """Figures of the reproduction targets: the Agg pyplot, atomic PNG writes (after the overall title and a tight
-layout), mean ± 95% CI bands, error bars and log–log panels with a fitted power law."""
+or fixed layout), mean ± 95% CI bands, error bars and log–log panels with a fitted power law."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -24,7 +24,8 @@ def pyplot():
 def save_figure(fig, path: str | Path, *, crop: bool = True) -> Path:
     """Write ``fig`` as PNG atomically (dpi 110; missing directories are created) and close it. ``crop``: the
     saved area is cropped to what is drawn (``bbox_inches="tight"``, which draws the figure once more to
-    measure it); otherwise the whole canvas is saved, for a figure already laid out by ``tight_layout``."""
+    measure it); otherwise the whole canvas is saved, for a figure already laid out (``tight_layout`` or fixed
+    subplot parameters)."""
     path = Path(path)
     extent = {"bbox_inches": "tight"} if crop else {}
     try:
@@ -34,11 +35,17 @@ def save_figure(fig, path: str | Path, *, crop: bool = True) -> Path:
     return path
 
 
-def finish_figure(fig, title: str, path: str | Path, *, crop: bool = True, **text) -> Path:
-    """Give ``fig`` its overall title (``fig.suptitle(title, **text)``, e.g. ``fontsize=10``), lay it out
-    tightly and write it with :func:`save_figure` (``crop`` as there); returns the path."""
+def finish_figure(fig, title: str, path: str | Path, *, margins: dict | None = None, crop: bool = True,
+                  **text) -> Path:
+    """Give ``fig`` its overall title (``fig.suptitle(title, **text)``, e.g. ``fontsize=10``), lay it out and
+    write it with :func:`save_figure` (``crop`` as there); returns the path. The layout is ``tight_layout``,
+    which measures the figure by drawing it, or with ``margins`` those subplot parameters
+    (``fig.subplots_adjust(**margins)``), which draws nothing."""
     fig.suptitle(title, **text)
-    fig.tight_layout()
+    if margins is None:
+        fig.tight_layout()
+    else:
+        fig.subplots_adjust(**margins)
     return save_figure(fig, path, crop=crop)
 
 
