@@ -16,4 +16,5 @@ counts, the timing loop) and adds, one job per module:
   report      tables, slopes, figure, machine description, the report text
   run         the command
   limit       the two-stage step's operation counts and the one-core limit (``python -m benchmarks.limit``)
+  lanes       the two-stage forward with eight sentences per vector instruction (``python -m benchmarks.lanes``)
 """

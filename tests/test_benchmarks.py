@@ -268,6 +268,7 @@ def test_lanes_forward_is_the_kernels_forward_bit_for_bit(K, lengths):
 
     prep = twostage.prepare(twostage.random_realizable(K=K, N=48, min_len=lengths[0], max_len=lengths[1],
                                                        seed=3).dataset)
+    assert (prep.lengths == 1).any() == (lengths[0] == 1) and (prep.lengths < prep.tokens.shape[1]).any()
     rng = np.random.default_rng(K)
     votes = np.zeros((K, K))                       # W_ov[y, τ] += 1 for each token of a sentence with target y
     for tokens, L, y in zip(prep.tokens, prep.lengths, prep.targets):

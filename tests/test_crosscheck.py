@@ -44,7 +44,7 @@ def _need(framework):
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
+def adapter_runs(tmp_path_factory):
     """Every run of RUNS whose framework is installed, started together (the frameworks' start-up overlaps):
     name → (exit status, stdout, stderr, JSON report or None)."""
     out = tmp_path_factory.mktemp("conformance")
@@ -66,9 +66,9 @@ def runs(tmp_path_factory):
 
 
 @pytest.mark.parametrize("name", ["torch_float64", "jax_float64", "torch_float32", "jax_float32"])
-def test_adapter_passes_every_case(name, runs):
+def test_adapter_passes_every_case(name, adapter_runs):
     _need(FRAMEWORK[name])
-    rc, out, err, report = runs[name]
+    rc, out, err, report = adapter_runs[name]
     assert rc == 0, f"{name}: exit {rc}\n{out}\n{err}"
     ids = [c.id for c in stored_cases()] + [c.id for c in random_cases()]
     assert [c["case"] for c in report["cases"]] == ids
@@ -80,9 +80,9 @@ def test_adapter_passes_every_case(name, runs):
     assert unchecked == 0 or report["precision"] == "float32", out
 
 
-def test_float32_adapter_fails_the_float64_policy(runs):
+def test_float32_adapter_fails_the_float64_policy(adapter_runs):
     _need("torch")
-    rc, out, err, report = runs["torch_float32_strict"]
+    rc, out, err, report = adapter_runs["torch_float32_strict"]
     assert rc == 1, out + err
     rows = [r for c in report["cases"] for r in c["rows"]]
     assert len(rows) == 10 and all(not r["ok"] and r["note"] == "adapter is float32, less precise than oracle float64"

@@ -288,14 +288,15 @@ def test_pipeline_recomputes_only_a_removed_cell(tiny_copy):
 
 @pytest.mark.parametrize("tiny_run", ["twostage"], indirect=True)
 def test_figure2_figures_are_drawn_once_with_their_fixed_margins(tiny_copy, monkeypatch):
-    """Summarizing Figure 2 draws each of its three figures once (no tight_layout, no cropping, each a second
-    drawing) and lays them out with the fixed subplot parameters."""
+    """Summarizing Figure 2 draws each of its three figures once (no tight_layout, after which saving draws a
+    figure twice, and no cropping, another drawing) and lays them out with the fixed subplot parameters."""
     from matplotlib.figure import Figure
 
     name, root, _, figures, _ = tiny_copy
     drawn, real_draw = [], Figure.draw
     monkeypatch.setattr(Figure, "draw", lambda fig, renderer: drawn.append(fig) or real_draw(fig, renderer))
-    monkeypatch.setattr(Figure, "tight_layout", lambda fig, *a, **k: pytest.fail("tight_layout measures by drawing"))
+    monkeypatch.setattr(Figure, "tight_layout",
+                        lambda fig, *a, **k: pytest.fail("tight_layout: saving then draws twice"))
     run_target(name, "tiny", root, summarize_only=True)
     assert len(drawn) == len(figures) == 3 and len({id(f) for f in drawn}) == 3
     margins = [figure2.FIGURE2_MARGINS, figure2.PAIR_MARGINS, figure2.PAIR_MARGINS]

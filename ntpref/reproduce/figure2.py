@@ -38,9 +38,9 @@ terms, and each normalized step adds η γ/‖W_kq*‖ to the smallest margins o
 W_kq*. The table compares it with the fitted rate and with the local rate over the last stretch of the run.
 
 The three figures are drawn once, as the README's first command (a quick run of this target) should: their
-subplot parameters are fixed (``FIGURE2_MARGINS``, ``PAIR_MARGINS``) where ``tight_layout`` would measure
-them by drawing the figure, and they are saved as laid out, not cropped (``crop=False`` of
-:func:`ntpref.reproduce.plots.save_figure`), where cropping would draw them once more.
+subplot parameters are fixed (``FIGURE2_MARGINS``, ``PAIR_MARGINS``), where ``tight_layout`` leaves a layout
+engine on the figure with which saving it draws it twice, and they are saved as laid out, not cropped
+(``crop=False`` of :func:`ntpref.reproduce.plots.save_figure`), where cropping would draw them once more.
 """
 from __future__ import annotations
 
@@ -60,8 +60,8 @@ from .plots import band, finish_figure, pyplot, save_figure
 from .stats import geometric_rate, loglog_slope, mean_row
 
 #: Subplot parameters (``Figure.subplots_adjust``) of figure2.png and of the two-panel gap.png and
-#: direction.png: what ``tight_layout`` gives them for the quick and the full run, with some room to spare
-#: for wider tick labels.
+#: direction.png: what ``tight_layout`` gives them for the quick and the full run, the left margin and the
+#: spacing between panels widened a little for wider tick labels.
 FIGURE2_MARGINS = dict(left=0.045, right=0.984, bottom=0.078, top=0.872, wspace=0.16, hspace=0.33)
 PAIR_MARGINS = dict(left=0.07, right=0.988, bottom=0.127, top=0.924, wspace=0.18)
 

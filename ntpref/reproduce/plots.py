@@ -38,9 +38,9 @@ def save_figure(fig, path: str | Path, *, crop: bool = True) -> Path:
 def finish_figure(fig, title: str, path: str | Path, *, margins: dict | None = None, crop: bool = True,
                   **text) -> Path:
     """Give ``fig`` its overall title (``fig.suptitle(title, **text)``, e.g. ``fontsize=10``), lay it out and
-    write it with :func:`save_figure` (``crop`` as there); returns the path. The layout is ``tight_layout``,
-    which measures the figure by drawing it, or with ``margins`` those subplot parameters
-    (``fig.subplots_adjust(**margins)``), which draws nothing."""
+    write it with :func:`save_figure` (``crop`` as there); returns the path. The layout is ``tight_layout``
+    (which leaves a layout engine on the figure, with which saving it draws it twice), or with ``margins``
+    those subplot parameters (``fig.subplots_adjust(**margins)``; saving then draws the figure once)."""
     fig.suptitle(title, **text)
     if margins is None:
         fig.tight_layout()
