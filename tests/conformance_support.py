@@ -9,9 +9,10 @@ from ntpref.oracle.conformance import load_adapter
 ADAPTERS = Path(__file__).resolve().parent / "conformance_adapters"
 
 
-def conformance(capsys, adapter, *args):
-    """(exit status, stdout, stderr) of ``ntpref conformance ADAPTER ARGS`` run in-process."""
-    rc = main(["conformance", str(adapter), *map(str, args)])
+def conformance(capsys, *args):
+    """(exit status, stdout, stderr) of ``ntpref conformance ARGS`` (an adapter file, or ``--command CMD``,
+    and options) run in-process."""
+    rc = main(["conformance", *map(str, args)])
     out, err = capsys.readouterr()
     return rc, out, err
 

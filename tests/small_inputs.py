@@ -36,4 +36,4 @@ def train_of(base):
 
 
 def shallow_train(**extra):
-    return {**shallow_eval(), "eta": np.array(0.1), "steps": np.array(2), **extra}
+    return {**train_of(shallow_eval()), **extra}

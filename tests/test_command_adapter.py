@@ -21,11 +21,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ntpref.cli import main
 from ntpref.errors import InputError
 from ntpref.oracle.cases import stored_cases
 from ntpref.oracle import reaper
 from ntpref.oracle.conformance import NOT_IMPLEMENTED, CommandAdapter, check, run
+
+from conformance_support import conformance
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "c" / "twostage_eval.c"
 
@@ -108,13 +109,6 @@ def command(script, mode, form="npz"):
     """The command line running ``script`` in ``mode``, on the npz files or on the directories of .npy files."""
     files = "{input} {output}" if form == "npz" else "{input_dir} {output_dir}"
     return f"{shlex.quote(sys.executable)} {shlex.quote(str(script))} {mode} {{kind}} {{model}} {form} {files}"
-
-
-def conformance(capsys, *args):
-    """(exit status, stdout, stderr) of ``ntpref conformance ARGS`` run in-process."""
-    rc = main(["conformance", *map(str, args)])
-    out, err = capsys.readouterr()
-    return rc, out, err
 
 
 ONE_EVAL = ("--model", "twostage", "--kind", "eval", "--no-stored", "--random")
