@@ -17,4 +17,6 @@ counts, the timing loop) and adds, one job per module:
   run         the command
   limit       the two-stage step's operation counts and the one-core limit (``python -m benchmarks.limit``)
   lanes       the two-stage forward with eight sentences per vector instruction (``python -m benchmarks.lanes``)
+  variants    the two-stage pass compiled with K constant, with fast-math, and on two threads
+              (``python -m benchmarks.variants``)
 """

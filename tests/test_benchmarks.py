@@ -288,6 +288,52 @@ def test_lanes_forward_is_the_kernels_forward_bit_for_bit(K, lengths):
         bm.lanes.forward_lanes(prep.tokens[:7], prep.lengths[:7], prep.targets[:7], prep.weights[:7], W_ov, W_kq)
 
 
+def test_variants_apply_every_edit_to_the_kernels_source():
+    """benchmarks.variants builds each variant from ntpref/twostage/kernels.py as it is: every edit applies and
+    changes the text (a variant never runs the shipped code unnoticed), and an edit that no longer applies
+    stops the command with one line naming the variant."""
+    control = bm.variants.variant_source("control", (), 20)
+    assert "from ntpref import vmath" in control and "cache=True" not in control
+    for name, edits in bm.variants.VARIANTS.items():
+        text = bm.variants.variant_source(name, edits, 20)
+        assert (text == control) == (edits == ()), name
+        for old, new in edits:
+            assert old not in text.replace(new.replace("{K}", "20"), ""), (name, old)
+    assert "K_LOGITS = 20\n" in bm.variants.variant_source("K constant", bm.variants.VARIANTS["K constant"], 20)
+    with pytest.raises(SystemExit, match="variant 'gone': 'BLOCK = 63' is not in .*kernels.py; the variant needs"):
+        bm.variants.variant_source("gone", (("BLOCK = 63", "BLOCK = 1"),), 20)
+
+
+@pytest.mark.slow
+def test_variants_compute_the_kernels_values():
+    """The compiled variants on a small set (K = 5, one-token sentences and padding): K constant gives the
+    shipped pass bit for bit, fastmath the same values within a few ulps (other bits), and even blocks the
+    parallel driver's bits."""
+    import tempfile
+
+    from ntpref import twostage
+    from ntpref.twostage import kernels
+
+    prep = twostage.prepare(twostage.random_realizable(K=5, N=48, min_len=1, max_len=6, seed=3).dataset)
+    W_ov, W_kq = np.random.default_rng(5).standard_normal((2, 5, 5))
+    data = (prep.tokens, prep.lengths, prep.targets, prep.weights, W_ov, W_kq)
+    shipped = kernels.pass_serial(*data, kernels.MODE_GRAD)
+    with tempfile.TemporaryDirectory() as directory:
+        variants = {name: bm.variants.build(name, edits, 5, directory) for name, edits in bm.variants.VARIANTS.items()}
+        even = bm.variants.build("even", (("BLOCK = 64 ", "BLOCK = 24 "),), 5, directory)
+    for name in ("as shipped", "K constant"):
+        assert bm.variants.differences(shipped, variants[name].pass_serial(*data, kernels.MODE_GRAD)) == "same bits"
+    fast = variants["fastmath"].pass_serial(*data, kernels.MODE_GRAD)
+    assert bm.variants.differences(shipped, fast).startswith("other bits")
+    for a, b in zip(shipped, fast):
+        np.testing.assert_allclose(b, a, rtol=1e-13, atol=1e-15 * max(1.0, float(np.max(np.abs(a)))))
+    parallel = even.sentences_parallel(*data, kernels.MODE_GRAD)
+    loss, _, G_ov, G_kq = even.reduce(prep.tokens, prep.lengths, prep.weights, kernels.MODE_GRAD, *parallel[:2],
+                                      parallel[3], parallel[4], parallel[5])
+    assert (np.float64(loss).tobytes(), G_ov.tobytes(), G_kq.tobytes()) == (
+        np.float64(shipped[0]).tobytes(), shipped[5].tobytes(), shipped[6].tobytes())
+
+
 def test_readme_commands_are_the_two_that_ci_runs():
     """benchmarks.readme_commands times the same two README lines as .ci/run's parser extracts."""
     from benchmarks.readme_commands import readme_commands

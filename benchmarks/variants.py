@@ -1,0 +1,233 @@
+"""How far the compiler and a second core take the two-stage step: ``python -m benchmarks.variants
+[--rounds R] [--no-parallel]`` from the repository root (docs/performance.md, "The two-stage step against
+one core").
+
+:func:`build` compiles variants of ntpref/twostage/kernels.py from its source text (every edit of a
+variant must apply, else the command stops: a variant never runs the shipped code unnoticed), and
+:func:`main` times each variant's serial pass (MODE_GRAD, the benchmark's set: K = 20, N = 200, one-hot E)
+as a training loop runs it: a compiled loop of ``pass_serial`` calls with no Python between them, the
+best of ``R`` alternated rounds, one thread. The variants:
+
+    as shipped    the module's source unchanged, compiled as the other two are (no cache): the control
+    K constant    the number of logits a module constant instead of an array's shape, so that LLVM knows
+                  the trip count of every loop over the K logits; the same operations in the same order,
+                  so the same bits
+    fastmath      every kernel compiled with the fast-math flags reassoc, contract and arcp: LLVM may
+                  reassociate the sums, contract a multiply and an add into an FMA and multiply by a
+                  reciprocal; other bits (within a few ulps of the shipped values). What the compiler
+                  alone could give if the bits were free. Not the other flags: ``fastmath=True`` (nnan,
+                  ninf) breaks the passes' comparisons with -inf, and reassoc with nsz gives values far from
+                  the shipped ones (normwise differences up to 0.65 on this set)
+
+Beside them, two calls of the shipped (cached) kernels from Python: ``kernels.pass_serial`` (its dispatch
+and the boxing of its results added to the loop's time) and the public ``twostage.loss_and_grad`` (the
+validation of W_ov and W_kq added too), the call the benchmark times.
+
+Unless ``--no-parallel``, the parallel driver (``kernels.sentences_parallel``, then ``kernels.reduce``: the
+Numba backend's path for large sets, bitwise the serial pass) on the same set at 2 threads, as shipped
+(blocks of BLOCK = 64 sentences: 128 and 72 sentences per thread) and with two even blocks, beside the
+serial pass, in a child process: once as the machine is, and once beside a busy loop at nice 19 on every
+core (a CI machine's neighbours), the load under which a parallel call waits for its second thread.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import math
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+from numba import njit
+
+from ntpref import bench, twostage
+from ntpref.twostage import kernels, prepare
+
+from .limit import best_seconds
+
+SOURCE = Path(kernels.__file__)
+CALLS = 200                # calls per timed batch
+#: Edits of every variant: the relative import made absolute and Numba's cache off (a copy in a temporary
+#: directory), then the variant's own; (old, new) pairs, each of which must occur in the source.
+COMMON = (("from .. import vmath", "from ntpref import vmath"), ("cache=True", "cache=False"))
+VARIANTS = {
+    "as shipped": (),
+    "K constant": (("import math\n", "import math\nK_LOGITS = {K}\n"), ("logits.shape[1]", "K_LOGITS"),
+                   ("gz.shape[1]", "K_LOGITS"), ("g.shape[1]", "K_LOGITS"), ("Bov.shape[0]", "K_LOGITS")),
+    "fastmath": (('error_model="numpy"', 'error_model="numpy", fastmath={"reassoc", "contract", "arcp"}'),),
+}
+
+
+def variant_source(name: str, edits, K: int) -> str:
+    """The source of variant ``name`` with ``edits`` ((old, new) pairs; "{K}" in new stands for K, the
+    number of logits of the sets it will run); SystemExit (one line) when an edit does not apply to
+    ntpref/twostage/kernels.py as it is now."""
+    text = SOURCE.read_text()
+    for old, new in COMMON + tuple(edits):
+        if old not in text:
+            raise SystemExit(f"benchmarks.variants: variant {name!r}: {old!r} is not in {SOURCE}; "
+                             "the variant needs updating")
+        text = text.replace(old, new.replace("{K}", str(K)))
+    return text
+
+
+def build(name: str, edits, K: int, directory: str):
+    """Variant ``name`` (``edits`` as :func:`variant_source`) of the kernels module for K logits, written to
+    ``directory`` and imported."""
+    stem = "kernels_" + name.replace(" ", "_")
+    path = Path(directory) / f"{stem}.py"
+    path.write_text(variant_source(name, edits, K))
+    spec = importlib.util.spec_from_file_location(stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def loop_of(pass_serial):
+    """A compiled loop of n calls of ``pass_serial`` (the mode a run-time argument, as the public call
+    passes it), returning the sum of their losses."""
+    @njit
+    def loop(n, tokens, lengths, targets, weights, Bov, Bkq, mode):
+        total = 0.0
+        for _ in range(n):
+            total += pass_serial(tokens, lengths, targets, weights, Bov, Bkq, mode)[0]
+        return total
+    return loop
+
+
+def paper_set():
+    """The benchmark's two-stage set (Prepared) and W_ov, W_kq (seed 0), as benchmarks.lanes uses them."""
+    case = bench.paper_cases(["twostage"])[0]
+    prep = prepare(bench.make_inputs(case)["ds"])
+    K = prep.E.shape[1]
+    W_ov, W_kq = np.random.default_rng(0).standard_normal((2, K, K))
+    return prep, W_ov, W_kq
+
+
+def differences(a, b) -> str:
+    """'same bits', or the largest normwise difference max|x - y| / max|x| over the values of two pass results
+    (loss, log scale, losses, logits, attention, G_ov, G_kq)."""
+    pairs = [(np.asarray(x, dtype=float), np.asarray(y, dtype=float)) for x, y in zip(a, b)]
+    if all(x.tobytes() == y.tobytes() for x, y in pairs):
+        return "same bits"
+    worst = max(float(np.max(np.abs(x - y)) / max(float(np.max(np.abs(x))), np.finfo(float).tiny))
+                for x, y in pairs)
+    return f"other bits (normwise difference up to {worst:.1e})"
+
+
+def repeat(f, *args) -> None:
+    """CALLS calls of f(*args), each result dropped before the next call (kept results would time the
+    allocator)."""
+    for _ in range(CALLS):
+        f(*args)
+
+
+def serial_rows(rounds: int) -> list[tuple[str, float, str]]:
+    """(what, seconds per step, bits against the shipped pass) of the variants and the two Python calls."""
+    prep, W_ov, W_kq = paper_set()
+    data = (prep.tokens, prep.lengths, prep.targets, prep.weights, W_ov, W_kq)
+    shipped = kernels.pass_serial(*data, kernels.MODE_GRAD)
+    K = prep.E.shape[1]
+    calls, bits = {}, {}
+    with tempfile.TemporaryDirectory() as directory:
+        for name, edits in VARIANTS.items():
+            module = build(name, edits, K, directory)
+            bits[name] = differences(shipped, module.pass_serial(*data, kernels.MODE_GRAD))
+            loop = loop_of(module.pass_serial)
+            calls[f"{name}: compiled loop"] = (lambda loop: lambda: loop(CALLS, *data, kernels.MODE_GRAD))(loop)
+    calls["shipped: kernels.pass_serial from Python"] = lambda: repeat(kernels.pass_serial, *data, kernels.MODE_GRAD)
+    calls["shipped: twostage.loss_and_grad"] = lambda: repeat(twostage.loss_and_grad, prep, W_ov, W_kq)
+    best = dict.fromkeys(calls, math.inf)
+    for _ in range(rounds):
+        for what, call in calls.items():
+            best[what] = min(best[what], best_seconds(call, calls=1, rounds=10) / CALLS)
+    return [(what, seconds, bits.get(what.split(":")[0], "shipped")) for what, seconds in best.items()]
+
+
+def parallel_child(rounds: int) -> None:
+    """In a child process at 2 threads: the parallel driver as shipped (blocks of BLOCK sentences) and with
+    the blocks split evenly between the threads, and the serial pass; one line: the threading layer, then
+    seconds and bits (against the serial pass) of each."""
+    import numba
+    numba.set_num_threads(2)
+    prep, W_ov, W_kq = paper_set()
+    data = (prep.tokens, prep.lengths, prep.targets, prep.weights, W_ov, W_kq)
+    N = prep.tokens.shape[0]
+
+    def parallel(module):
+        def call():
+            losses, lam, logits, gz, attn, gs = module.sentences_parallel(*data, kernels.MODE_GRAD)
+            return module.reduce(prep.tokens, prep.lengths, prep.weights, kernels.MODE_GRAD,
+                                 losses, lam, gz, attn, gs)
+        return call
+
+    with tempfile.TemporaryDirectory() as directory:
+        even = build("even blocks", (("BLOCK = 64 ", f"BLOCK = {(N + 1) // 2} "),), prep.E.shape[1], directory)
+        calls = {"parallel": parallel(kernels), "even": parallel(even),
+                 "serial": lambda: kernels.pass_serial(*data, kernels.MODE_GRAD)}
+    serial = kernels.pass_serial(*data, kernels.MODE_GRAD)
+    bits = {}
+    for name, call in calls.items():
+        loss, G_ov, G_kq = (r := call())[0], r[-2], r[-1]
+        bits[name] = ("same" if (np.float64(loss).tobytes(), G_ov.tobytes(), G_kq.tobytes())
+                      == (np.float64(serial[0]).tobytes(), serial[5].tobytes(), serial[6].tobytes()) else "other")
+    best = dict.fromkeys(calls, math.inf)
+    for _ in range(rounds):
+        for name, call in calls.items():
+            best[name] = min(best[name], best_seconds(call, calls=CALLS, rounds=5))
+    print(numba.threading_layer(), *(f"{best[name]:.9f} {bits[name]}" for name in calls))
+
+
+def parallel_rows(rounds: int) -> list[tuple[str, float, str]]:
+    """The rows of :func:`parallel_child`, run once as the machine is and once beside a busy loop at nice 19
+    on every core (module docstring)."""
+    cores = os.cpu_count() or 1
+    if cores < 2:
+        return []
+    rows = []
+    for label, busy in (("as the machine is", 0), (f"{cores} busy loops at nice 19 beside it", cores)):
+        loops = [subprocess.Popen(["nice", "-n", "19", sys.executable, "-c", "while True: pass"])
+                 for _ in range(busy)]
+        try:
+            out = subprocess.run([sys.executable, "-m", "benchmarks.variants", "--parallel-child",
+                                  "--rounds", str(rounds)], capture_output=True, text=True, check=True).stdout.split()
+        finally:
+            for loop in loops:
+                loop.kill()
+                loop.wait()
+        layer = out[0]
+        for i, what in enumerate(("parallel driver (blocks of 64)", "parallel driver (two even blocks)",
+                                  "kernels.pass_serial")):
+            seconds, same = float(out[1 + 2 * i]), out[2 + 2 * i]
+            bits = ("the serial pass" if i == 2 else "same bits as the serial pass" if same == "same"
+                    else "OTHER BITS than the serial pass")
+            rows.append((f"2 threads ({layer}), {label}: {what}", seconds, bits))
+    return rows
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.variants", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=7, help="alternated rounds of timing (default 7)")
+    parser.add_argument("--no-parallel", action="store_true", help="leave out the 2-thread parallel driver")
+    parser.add_argument("--parallel-child", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.parallel_child:
+        parallel_child(args.rounds)
+        return 0
+    import numba
+    numba.set_num_threads(1)
+    rows = serial_rows(args.rounds)
+    if not args.no_parallel:
+        rows += parallel_rows(args.rounds)
+    print("two-stage MODE_GRAD pass, K = 20, N = 200 (one thread unless stated; best of alternated rounds)")
+    width = max(len(what) for what, _, _ in rows)
+    for what, seconds, bits in rows:
+        print(f"  {what:{width}s} {seconds * 1e6:6.1f} us   {bits}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
