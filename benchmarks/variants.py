@@ -5,8 +5,9 @@ one core").
 :func:`build` compiles variants of ntpref/twostage/kernels.py from its source text (every edit of a
 variant must apply, else the command stops: a variant never runs the shipped code unnoticed), and
 :func:`main` times each variant's serial pass (MODE_GRAD, the benchmark's set: K = 20, N = 200, one-hot E)
-as a training loop runs it: a compiled loop of ``pass_serial`` calls with no Python between them, the
-best of ``R`` alternated rounds, one thread. The variants:
+as a training loop runs it: a compiled loop of ``pass_serial`` calls with no Python between them, one
+thread; every timed call runs in ``R`` alternated rounds of batches, and the least and the median time per
+call over the batches are printed. The variants:
 
     as shipped    the module's source unchanged, compiled as the other two are (no cache): the control
     K constant    the number of logits a module constant instead of an array's shape, so that LLVM knows
@@ -33,11 +34,11 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import math
 import os
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
@@ -46,10 +47,9 @@ from numba import njit
 from ntpref import bench, twostage
 from ntpref.twostage import kernels, prepare
 
-from .limit import best_seconds
-
 SOURCE = Path(kernels.__file__)
 CALLS = 200                # calls per timed batch
+BATCHES = 5                # timed batches of each call per round
 #: Edits of every variant: the relative import made absolute and Numba's cache off (a copy in a temporary
 #: directory), then the variant's own; (old, new) pairs, each of which must occur in the source.
 COMMON = (("from .. import vmath", "from ntpref import vmath"), ("cache=True", "cache=False"))
@@ -125,8 +125,25 @@ def repeat(f, *args) -> None:
         f(*args)
 
 
-def serial_rows(rounds: int) -> list[tuple[str, float, str]]:
-    """(what, seconds per step, bits against the shipped pass) of the variants and the two Python calls."""
+def alternated(batches: dict, rounds: int) -> dict:
+    """{name: seconds per call of each timed batch}: each batch (a call that makes CALLS calls) run once
+    untimed, then BATCHES times per round, the batches of a round one after the other, for ``rounds``
+    rounds."""
+    times = {name: [] for name in batches}
+    for batch in batches.values():
+        batch()
+    for _ in range(rounds):
+        for name, batch in batches.items():
+            for _ in range(BATCHES):
+                t0 = time.perf_counter()
+                batch()
+                times[name].append((time.perf_counter() - t0) / CALLS)
+    return times
+
+
+def serial_rows(rounds: int) -> list[tuple[str, float, float, str]]:
+    """(what, least and median seconds per step, bits against the shipped pass) of the variants and the two
+    Python calls."""
     prep, W_ov, W_kq = paper_set()
     data = (prep.tokens, prep.lengths, prep.targets, prep.weights, W_ov, W_kq)
     shipped = kernels.pass_serial(*data, kernels.MODE_GRAD)
@@ -140,17 +157,14 @@ def serial_rows(rounds: int) -> list[tuple[str, float, str]]:
             calls[f"{name}: compiled loop"] = (lambda loop: lambda: loop(CALLS, *data, kernels.MODE_GRAD))(loop)
     calls["shipped: kernels.pass_serial from Python"] = lambda: repeat(kernels.pass_serial, *data, kernels.MODE_GRAD)
     calls["shipped: twostage.loss_and_grad"] = lambda: repeat(twostage.loss_and_grad, prep, W_ov, W_kq)
-    best = dict.fromkeys(calls, math.inf)
-    for _ in range(rounds):
-        for what, call in calls.items():
-            best[what] = min(best[what], best_seconds(call, calls=1, rounds=10) / CALLS)
-    return [(what, seconds, bits.get(what.split(":")[0], "shipped")) for what, seconds in best.items()]
+    times = alternated(calls, rounds)
+    return [(what, min(t), float(np.median(t)), bits.get(what.split(":")[0], "shipped")) for what, t in times.items()]
 
 
 def parallel_child(rounds: int) -> None:
     """In a child process at 2 threads: the parallel driver as shipped (blocks of BLOCK sentences) and with
     the blocks split evenly between the threads, and the serial pass; one line: the threading layer, then
-    seconds and bits (against the serial pass) of each."""
+    the least and the median seconds and the bits (against the serial pass) of each."""
     import numba
     numba.set_num_threads(2)
     prep, W_ov, W_kq = paper_set()
@@ -174,14 +188,12 @@ def parallel_child(rounds: int) -> None:
         loss, G_ov, G_kq = (r := call())[0], r[-2], r[-1]
         bits[name] = ("same" if (np.float64(loss).tobytes(), G_ov.tobytes(), G_kq.tobytes())
                       == (np.float64(serial[0]).tobytes(), serial[5].tobytes(), serial[6].tobytes()) else "other")
-    best = dict.fromkeys(calls, math.inf)
-    for _ in range(rounds):
-        for name, call in calls.items():
-            best[name] = min(best[name], best_seconds(call, calls=CALLS, rounds=5))
-    print(numba.threading_layer(), *(f"{best[name]:.9f} {bits[name]}" for name in calls))
+    times = alternated({name: (lambda call: lambda: repeat(call))(call) for name, call in calls.items()}, rounds)
+    print(numba.threading_layer(), *(f"{min(times[name]):.9f} {np.median(times[name]):.9f} {bits[name]}"
+                                     for name in calls))
 
 
-def parallel_rows(rounds: int) -> list[tuple[str, float, str]]:
+def parallel_rows(rounds: int) -> list[tuple[str, float, float, str]]:
     """The rows of :func:`parallel_child`, run once as the machine is and once beside a busy loop at nice 19
     on every core (module docstring)."""
     cores = os.cpu_count() or 1
@@ -201,10 +213,10 @@ def parallel_rows(rounds: int) -> list[tuple[str, float, str]]:
         layer = out[0]
         for i, what in enumerate(("parallel driver (blocks of 64)", "parallel driver (two even blocks)",
                                   "kernels.pass_serial")):
-            seconds, same = float(out[1 + 2 * i]), out[2 + 2 * i]
+            best, median, same = float(out[1 + 3 * i]), float(out[2 + 3 * i]), out[3 + 3 * i]
             bits = ("the serial pass" if i == 2 else "same bits as the serial pass" if same == "same"
                     else "OTHER BITS than the serial pass")
-            rows.append((f"2 threads ({layer}), {label}: {what}", seconds, bits))
+            rows.append((f"2 threads ({layer}), {label}: {what}", best, median, bits))
     return rows
 
 
@@ -222,10 +234,11 @@ def main(argv=None) -> int:
     rows = serial_rows(args.rounds)
     if not args.no_parallel:
         rows += parallel_rows(args.rounds)
-    print("two-stage MODE_GRAD pass, K = 20, N = 200 (one thread unless stated; best of alternated rounds)")
-    width = max(len(what) for what, _, _ in rows)
-    for what, seconds, bits in rows:
-        print(f"  {what:{width}s} {seconds * 1e6:6.1f} us   {bits}")
+    print(f"two-stage MODE_GRAD pass, K = 20, N = 200 (one thread unless stated): least and median time per call "
+          f"over {args.rounds} alternated rounds of {BATCHES} batches of {CALLS} calls")
+    width = max(len(what) for what, *_ in rows)
+    for what, best, median, bits in rows:
+        print(f"  {what:{width}s} {best * 1e6:6.1f} {median * 1e6:6.1f} us   {bits}")
     return 0
 
 
