@@ -2,32 +2,35 @@
 [--rounds R] [--no-parallel]`` from the repository root (docs/performance.md, "The two-stage step against
 one core").
 
-:func:`build` compiles variants of ntpref/twostage/kernels.py from its source text (every edit of a
-variant must apply, else the command stops: a variant never runs the shipped code unnoticed), and
-:func:`main` times each variant's serial pass (MODE_GRAD, the benchmark's set: K = 20, N = 200, one-hot E)
-as a training loop runs it: a compiled loop of ``pass_serial`` calls with no Python between them, one
-thread; every timed call runs in ``R`` alternated rounds of batches, and the least and the median time per
-call over the batches are printed. The variants:
+:func:`build` compiles variants of ntpref/twostage/kernels.py from its source text (the text an edit
+replaces must occur as often as the edit states, else the command stops: a variant never runs the shipped
+code unnoticed), and :func:`main` times each variant's serial pass (MODE_GRAD, the benchmark's set: K = 20,
+N = 200, one-hot E) as a training loop runs it: a compiled loop of ``pass_serial`` calls with no Python
+between them, one thread; every timed call runs in ``R`` alternated rounds of batches, and the least and
+the median time per call over the batches are printed. The variants:
 
-    as shipped    the module's source unchanged, compiled as the other two are (no cache): the control
+    as shipped    the module's source unchanged, compiled as the variants are (no cache): the control
     K constant    the number of logits a module constant instead of an array's shape, so that LLVM knows
                   the trip count of every loop over the K logits; the same operations in the same order,
                   so the same bits
-    fastmath      every kernel compiled with the fast-math flags reassoc, contract and arcp: LLVM may
-                  reassociate the sums, contract a multiply and an add into an FMA and multiply by a
-                  reciprocal; other bits (within a few ulps of the shipped values). What the compiler
-                  alone could give if the bits were free. Not the other flags: ``fastmath=True`` (nnan,
-                  ninf) breaks the passes' comparisons with -inf, and reassoc with nsz gives values far from
-                  the shipped ones (normwise differences up to 0.65 on this set)
+    fastmath      every kernel of the module compiled with the fast-math flags reassoc, contract and arcp
+                  (``ntpref.vmath.exp``, imported, keeps strict arithmetic): LLVM may reassociate the sums,
+                  contract a multiply and an add into an FMA and multiply by a reciprocal; other bits. What
+                  the compiler alone could give if the bits were free
+    fastmath with nsz  the same flags and nsz (no signed zeros), the flags of ``fastmath=True`` but for nnan,
+                  ninf and afn: it shows whether those flags still compute the model (the printed normwise
+                  difference to the shipped values)
 
-Beside them, two calls of the shipped (cached) kernels from Python: ``kernels.pass_serial`` (its dispatch
-and the boxing of its results added to the loop's time) and the public ``twostage.loss_and_grad`` (the
-validation of W_ov and W_kq added too), the call the benchmark times.
+Beside them, the shipped (cached) kernels in the same compiled loop, and two calls of them from Python:
+``kernels.pass_serial`` (its dispatch and the boxing of its results added to the loop's time) and the
+public ``twostage.loss_and_grad`` (the validation of W_ov and W_kq added too), the call the benchmark
+times. The process builds the kernels as the ``ntpref`` command and ``benchmarks.run`` do
+(``ntpref.numba_target.configure_process``: full vector width).
 
 Unless ``--no-parallel``, the parallel driver (``kernels.sentences_parallel``, then ``kernels.reduce``: the
 Numba backend's path for large sets, bitwise the serial pass) on the same set at 2 threads, as shipped
-(blocks of BLOCK = 64 sentences: 128 and 72 sentences per thread) and with two even blocks, beside the
-serial pass, in a child process: once as the machine is, and once beside a busy loop at nice 19 on every
+(blocks of BLOCK = 64 sentences: 128 and 72 sentences per thread at N = 200) and with two even blocks,
+beside the serial pass, in a child process: once as the machine is, and once beside a busy loop at nice 19 on every
 core (a CI machine's neighbours), the load under which a parallel call waits for its second thread.
 """
 from __future__ import annotations
@@ -45,31 +48,40 @@ import numpy as np
 from numba import njit
 
 from ntpref import bench, twostage
+from ntpref.numba_target import configure_process
 from ntpref.twostage import kernels, prepare
 
 SOURCE = Path(kernels.__file__)
 CALLS = 200                # calls per timed batch
 BATCHES = 5                # timed batches of each call per round
-#: Edits of every variant: the relative import made absolute and Numba's cache off (a copy in a temporary
-#: directory), then the variant's own; (old, new) pairs, each of which must occur in the source.
-COMMON = (("from .. import vmath", "from ntpref import vmath"), ("cache=True", "cache=False"))
+BUSY_SECONDS = 900         # a busy loop ends by itself after this, or when the benchmark has ended
+#: Edits (old, new, count): old must occur exactly count times in the source; "{K}" in new stands for the
+#: number of logits. Every variant gets COMMON first: the relative import made absolute and Numba's cache
+#: off (the variant is a copy in a temporary directory).
+COMMON = (("from .. import vmath", "from ntpref import vmath", 1), ("cache=True", "cache=False", 23))
+_FAST = 'error_model="numpy", fastmath={}'
 VARIANTS = {
     "as shipped": (),
-    "K constant": (("import math\n", "import math\nK_LOGITS = {K}\n"), ("logits.shape[1]", "K_LOGITS"),
-                   ("gz.shape[1]", "K_LOGITS"), ("g.shape[1]", "K_LOGITS"), ("Bov.shape[0]", "K_LOGITS")),
-    "fastmath": (('error_model="numpy"', 'error_model="numpy", fastmath={"reassoc", "contract", "arcp"}'),),
+    "K constant": (("import math\n", "import math\nK_LOGITS = {K}\n", 1), ("logits.shape[1]", "K_LOGITS", 1),
+                   ("gz.shape[1]", "K_LOGITS", 3), ("g.shape[1]", "K_LOGITS", 1), ("Bov.shape[0]", "K_LOGITS", 2)),
+    "fastmath": (('error_model="numpy"', _FAST.format('{"reassoc", "contract", "arcp"}'), 23),),
+    "fastmath with nsz": (('error_model="numpy"', _FAST.format('{"reassoc", "contract", "arcp", "nsz"}'), 23),),
 }
 
 
+def even_blocks(N: int, threads: int = 2) -> tuple:
+    """The edit that splits a set of N sentences into ``threads`` even blocks of the parallel driver."""
+    return ((f"BLOCK = {kernels.BLOCK} ", f"BLOCK = {-(-N // threads)} ", 1),)
+
+
 def variant_source(name: str, edits, K: int) -> str:
-    """The source of variant ``name`` with ``edits`` ((old, new) pairs; "{K}" in new stands for K, the
-    number of logits of the sets it will run); SystemExit (one line) when an edit does not apply to
-    ntpref/twostage/kernels.py as it is now."""
+    """The source of variant ``name`` with ``edits`` (see COMMON) for sets of K logits; SystemExit (one line)
+    when an edit does not occur as often as it states in ntpref/twostage/kernels.py as it is now."""
     text = SOURCE.read_text()
-    for old, new in COMMON + tuple(edits):
-        if old not in text:
-            raise SystemExit(f"benchmarks.variants: variant {name!r}: {old!r} is not in {SOURCE}; "
-                             "the variant needs updating")
+    for old, new, count in COMMON + tuple(edits):
+        if text.count(old) != count:
+            raise SystemExit(f"benchmarks.variants: variant {name!r}: {old!r} occurs {text.count(old)} times in "
+                             f"{SOURCE}, not {count}; the variant needs updating")
         text = text.replace(old, new.replace("{K}", str(K)))
     return text
 
@@ -127,49 +139,56 @@ def repeat(f, *args) -> None:
 
 def alternated(batches: dict, rounds: int) -> dict:
     """{name: seconds per call of each timed batch}: each batch (a call that makes CALLS calls) run once
-    untimed, then BATCHES times per round, the batches of a round one after the other, for ``rounds``
-    rounds."""
+    untimed, then BATCHES times per round, the batches of a round one after the other, their order rotated
+    by one from round to round."""
     times = {name: [] for name in batches}
     for batch in batches.values():
         batch()
-    for _ in range(rounds):
-        for name, batch in batches.items():
+    names = list(batches)
+    for r in range(rounds):
+        for name in names[r % len(names):] + names[:r % len(names)]:
             for _ in range(BATCHES):
                 t0 = time.perf_counter()
-                batch()
+                batches[name]()
                 times[name].append((time.perf_counter() - t0) / CALLS)
     return times
 
 
 def serial_rows(rounds: int) -> list[tuple[str, float, float, str]]:
-    """(what, least and median seconds per step, bits against the shipped pass) of the variants and the two
-    Python calls."""
+    """(what, least and median seconds per step, bits against the shipped pass) of the variants' compiled
+    loops, the shipped kernels' compiled loop and the two calls from Python."""
     prep, W_ov, W_kq = paper_set()
     data = (prep.tokens, prep.lengths, prep.targets, prep.weights, W_ov, W_kq)
     shipped = kernels.pass_serial(*data, kernels.MODE_GRAD)
     K = prep.E.shape[1]
     calls, bits = {}, {}
+
+    def add(what, batch, bit):
+        calls[what], bits[what] = batch, bit
+
+    add("shipped (cached): compiled loop", (lambda loop: lambda: loop(CALLS, *data, kernels.MODE_GRAD))(
+        loop_of(kernels.pass_serial)), "the shipped pass")
     with tempfile.TemporaryDirectory() as directory:
         for name, edits in VARIANTS.items():
             module = build(name, edits, K, directory)
-            bits[name] = differences(shipped, module.pass_serial(*data, kernels.MODE_GRAD))
-            loop = loop_of(module.pass_serial)
-            calls[f"{name}: compiled loop"] = (lambda loop: lambda: loop(CALLS, *data, kernels.MODE_GRAD))(loop)
-    calls["shipped: kernels.pass_serial from Python"] = lambda: repeat(kernels.pass_serial, *data, kernels.MODE_GRAD)
-    calls["shipped: twostage.loss_and_grad"] = lambda: repeat(twostage.loss_and_grad, prep, W_ov, W_kq)
+            add(f"{name}: compiled loop", (lambda loop: lambda: loop(CALLS, *data, kernels.MODE_GRAD))(
+                loop_of(module.pass_serial)), differences(shipped, module.pass_serial(*data, kernels.MODE_GRAD)))
+    add("shipped: kernels.pass_serial from Python", lambda: repeat(kernels.pass_serial, *data, kernels.MODE_GRAD),
+        "the shipped pass")
+    add("shipped: twostage.loss_and_grad", lambda: repeat(twostage.loss_and_grad, prep, W_ov, W_kq),
+        "the shipped pass")
     times = alternated(calls, rounds)
-    return [(what, min(t), float(np.median(t)), bits.get(what.split(":")[0], "shipped")) for what, t in times.items()]
+    return [(what, min(t), float(np.median(t)), bits[what]) for what, t in times.items()]
 
 
 def parallel_child(rounds: int) -> None:
     """In a child process at 2 threads: the parallel driver as shipped (blocks of BLOCK sentences) and with
-    the blocks split evenly between the threads, and the serial pass; one line: the threading layer, then
-    the least and the median seconds and the bits (against the serial pass) of each."""
+    two even blocks (:func:`even_blocks`), and the serial pass; one line: the threading layer, then the least
+    and the median seconds of each, and whether each parallel driver gave the serial pass's bits."""
     import numba
     numba.set_num_threads(2)
     prep, W_ov, W_kq = paper_set()
     data = (prep.tokens, prep.lengths, prep.targets, prep.weights, W_ov, W_kq)
-    N = prep.tokens.shape[0]
 
     def parallel(module):
         def call():
@@ -179,18 +198,37 @@ def parallel_child(rounds: int) -> None:
         return call
 
     with tempfile.TemporaryDirectory() as directory:
-        even = build("even blocks", (("BLOCK = 64 ", f"BLOCK = {(N + 1) // 2} "),), prep.E.shape[1], directory)
-        calls = {"parallel": parallel(kernels), "even": parallel(even),
-                 "serial": lambda: kernels.pass_serial(*data, kernels.MODE_GRAD)}
+        even = build("even blocks", even_blocks(prep.tokens.shape[0]), prep.E.shape[1], directory)
+    drivers = {"shipped": parallel(kernels), "even": parallel(even)}
     serial = kernels.pass_serial(*data, kernels.MODE_GRAD)
-    bits = {}
-    for name, call in calls.items():
-        loss, G_ov, G_kq = (r := call())[0], r[-2], r[-1]
-        bits[name] = ("same" if (np.float64(loss).tobytes(), G_ov.tobytes(), G_kq.tobytes())
-                      == (np.float64(serial[0]).tobytes(), serial[5].tobytes(), serial[6].tobytes()) else "other")
-    times = alternated({name: (lambda call: lambda: repeat(call))(call) for name, call in calls.items()}, rounds)
-    print(numba.threading_layer(), *(f"{min(times[name]):.9f} {np.median(times[name]):.9f} {bits[name]}"
-                                     for name in calls))
+    expected = (np.float64(serial[0]).tobytes(), serial[5].tobytes(), serial[6].tobytes())
+    same = {name: "same" if (np.float64(r[0]).tobytes(), r[2].tobytes(), r[3].tobytes()) == expected else "other"
+            for name, r in ((name, call()) for name, call in drivers.items())}
+    times = alternated({name: (lambda call: lambda: repeat(call))(call) for name, call in drivers.items()}
+                       | {"serial": lambda: repeat(kernels.pass_serial, *data, kernels.MODE_GRAD)}, rounds)
+    print(numba.threading_layer(), *(f"{min(t):.9f} {np.median(t):.9f}" for t in times.values()),
+          same["shipped"], same["even"])
+
+
+def busy_loops(count: int) -> list:
+    """``count`` processes at nice 19 that spin until the benchmark's process ends or BUSY_SECONDS pass."""
+    code = ("import os, time\nparent, end = os.getppid(), time.monotonic() + %d\n"
+            "while os.getppid() == parent and time.monotonic() < end:\n    pass" % BUSY_SECONDS)
+    loops = []
+    try:
+        for _ in range(count):
+            loops.append(subprocess.Popen(["nice", "-n", "19", sys.executable, "-c", code]))
+    except BaseException:
+        stop(loops)
+        raise
+    return loops
+
+
+def stop(loops: list) -> None:
+    """End the busy loops of :func:`busy_loops`."""
+    for loop in loops:
+        loop.kill()
+        loop.wait()
 
 
 def parallel_rows(rounds: int) -> list[tuple[str, float, float, str]]:
@@ -201,22 +239,19 @@ def parallel_rows(rounds: int) -> list[tuple[str, float, float, str]]:
         return []
     rows = []
     for label, busy in (("as the machine is", 0), (f"{cores} busy loops at nice 19 beside it", cores)):
-        loops = [subprocess.Popen(["nice", "-n", "19", sys.executable, "-c", "while True: pass"])
-                 for _ in range(busy)]
+        loops = busy_loops(busy)
         try:
             out = subprocess.run([sys.executable, "-m", "benchmarks.variants", "--parallel-child",
-                                  "--rounds", str(rounds)], capture_output=True, text=True, check=True).stdout.split()
+                                  "--rounds", str(rounds)], stdout=subprocess.PIPE, text=True, check=True,
+                                 timeout=BUSY_SECONDS).stdout.split()
         finally:
-            for loop in loops:
-                loop.kill()
-                loop.wait()
-        layer = out[0]
-        for i, what in enumerate(("parallel driver (blocks of 64)", "parallel driver (two even blocks)",
+            stop(loops)
+        layer, times, same = out[0], [float(x) for x in out[1:7]], out[7:9]
+        for i, what in enumerate((f"parallel driver (blocks of {kernels.BLOCK})", "parallel driver (two even blocks)",
                                   "kernels.pass_serial")):
-            best, median, same = float(out[1 + 3 * i]), float(out[2 + 3 * i]), out[3 + 3 * i]
-            bits = ("the serial pass" if i == 2 else "same bits as the serial pass" if same == "same"
+            bits = ("the serial pass" if i == 2 else "same bits as the serial pass" if same[i] == "same"
                     else "OTHER BITS than the serial pass")
-            rows.append((f"2 threads ({layer}), {label}: {what}", best, median, bits))
+            rows.append((f"2 threads ({layer}), {label}: {what}", times[2 * i], times[2 * i + 1], bits))
     return rows
 
 
@@ -229,13 +264,15 @@ def main(argv=None) -> int:
     if args.parallel_child:
         parallel_child(args.rounds)
         return 0
+    configure_process()       # the kernels as the ntpref command and benchmarks.run build them; children inherit it
     import numba
     numba.set_num_threads(1)
     rows = serial_rows(args.rounds)
     if not args.no_parallel:
         rows += parallel_rows(args.rounds)
-    print(f"two-stage MODE_GRAD pass, K = 20, N = 200 (one thread unless stated): least and median time per call "
-          f"over {args.rounds} alternated rounds of {BATCHES} batches of {CALLS} calls")
+    N, Lmax = paper_set()[0].tokens.shape
+    print(f"two-stage MODE_GRAD pass on the benchmark's set (N = {N}, Lmax = {Lmax}), one thread unless stated: "
+          f"least and median time per call over {args.rounds} alternated rounds of {BATCHES} batches of {CALLS} calls")
     width = max(len(what) for what, *_ in rows)
     for what, best, median, bits in rows:
         print(f"  {what:{width}s} {best * 1e6:6.1f} {median * 1e6:6.1f} us   {bits}")
