@@ -30,8 +30,7 @@ times. The process builds the kernels as the ``ntpref`` command and ``benchmarks
 Unless ``--no-parallel``, the parallel driver (``kernels.sentences_parallel``, then ``kernels.reduce``: the
 Numba backend's path for large sets, bitwise the serial pass) on the same set at 2 threads, as shipped
 (blocks of BLOCK = 64 sentences: 128 and 72 sentences per thread at N = 200) and with two even blocks,
-beside the serial pass, in a child process: once as the machine is, and once beside a busy loop at nice 19 on every
-core (a CI machine's neighbours), the load under which a parallel call waits for its second thread.
+beside the serial pass, in a child process.
 """
 from __future__ import annotations
 
@@ -54,7 +53,7 @@ from ntpref.twostage import kernels, prepare
 SOURCE = Path(kernels.__file__)
 CALLS = 200                # calls per timed batch
 BATCHES = 5                # timed batches of each call per round
-BUSY_SECONDS = 900         # a busy loop ends by itself after this, or when the benchmark has ended
+CHILD_SECONDS = 900        # the 2-thread child process is stopped after this
 #: Edits (old, new, count): old must occur exactly count times in the source; "{K}" in new stands for the
 #: number of logits. Every variant gets COMMON first: the relative import made absolute and Numba's cache
 #: off (the variant is a copy in a temporary directory).
@@ -210,48 +209,19 @@ def parallel_child(rounds: int) -> None:
           same["shipped"], same["even"])
 
 
-def busy_loops(count: int) -> list:
-    """``count`` processes at nice 19 that spin until the benchmark's process ends or BUSY_SECONDS pass."""
-    code = ("import os, time\nparent, end = os.getppid(), time.monotonic() + %d\n"
-            "while os.getppid() == parent and time.monotonic() < end:\n    pass" % BUSY_SECONDS)
-    loops = []
-    try:
-        for _ in range(count):
-            loops.append(subprocess.Popen(["nice", "-n", "19", sys.executable, "-c", code]))
-    except BaseException:
-        stop(loops)
-        raise
-    return loops
-
-
-def stop(loops: list) -> None:
-    """End the busy loops of :func:`busy_loops`."""
-    for loop in loops:
-        loop.kill()
-        loop.wait()
-
-
 def parallel_rows(rounds: int) -> list[tuple[str, float, float, str]]:
-    """The rows of :func:`parallel_child`, run once as the machine is and once beside a busy loop at nice 19
-    on every core (module docstring)."""
-    cores = os.cpu_count() or 1
-    if cores < 2:
+    """The rows of :func:`parallel_child`, run in a child process (module docstring)."""
+    if (os.cpu_count() or 1) < 2:
         return []
+    out = subprocess.run([sys.executable, "-m", "benchmarks.variants", "--parallel-child", "--rounds", str(rounds)],
+                         stdout=subprocess.PIPE, text=True, check=True, timeout=CHILD_SECONDS).stdout.split()
+    layer, times, same = out[0], [float(x) for x in out[1:7]], out[7:9]
     rows = []
-    for label, busy in (("as the machine is", 0), (f"{cores} busy loops at nice 19 beside it", cores)):
-        loops = busy_loops(busy)
-        try:
-            out = subprocess.run([sys.executable, "-m", "benchmarks.variants", "--parallel-child",
-                                  "--rounds", str(rounds)], stdout=subprocess.PIPE, text=True, check=True,
-                                 timeout=BUSY_SECONDS).stdout.split()
-        finally:
-            stop(loops)
-        layer, times, same = out[0], [float(x) for x in out[1:7]], out[7:9]
-        for i, what in enumerate((f"parallel driver (blocks of {kernels.BLOCK})", "parallel driver (two even blocks)",
-                                  "kernels.pass_serial")):
-            bits = ("the serial pass" if i == 2 else "same bits as the serial pass" if same[i] == "same"
-                    else "OTHER BITS than the serial pass")
-            rows.append((f"2 threads ({layer}), {label}: {what}", times[2 * i], times[2 * i + 1], bits))
+    for i, what in enumerate((f"parallel driver (blocks of {kernels.BLOCK})", "parallel driver (two even blocks)",
+                              "kernels.pass_serial")):
+        bits = ("the serial pass" if i == 2 else "same bits as the serial pass" if same[i] == "same"
+                else "OTHER BITS than the serial pass")
+        rows.append((f"2 threads ({layer}): {what}", times[2 * i], times[2 * i + 1], bits))
     return rows
 
 
