@@ -38,8 +38,10 @@ float64 gradient)."""
 WRT = ("kq", "ov")
 """The matrix whose gradient a direction normalises: "kq" (W_kq, stage 2) or "ov" (W_ov, stage 1)."""
 PARALLEL_MIN_WORK = 1 << 20
-"""The Numba backend runs the sentences in parallel (prange) only when N * Lmax * K reaches this;
-below it thread start-up costs more than the work (results are bitwise the same either way)."""
+"""The Numba backend runs the sentences in parallel (prange) only when N * Lmax * K reaches this; a smaller
+set runs in one serial pass, so a small run never compiles the parallel driver (results are bitwise the
+same either way). Not a measured break-even: at N * Lmax * K = 24,000 two quiet cores already ran the
+parallel driver faster than the serial pass (docs/performance.md, "The two-stage step against one core")."""
 
 class Forward(NamedTuple):
     """loss (Eq. 1; the weighted loss of a Prepared set), losses [N] (ℓ_i), logits [N, K] (z),
