@@ -291,9 +291,8 @@ def test_lanes_forward_is_the_kernels_forward_bit_for_bit(K, lengths):
 def test_variants_apply_every_edit_to_the_kernels_source():
     """benchmarks.variants builds each variant from ntpref/twostage/kernels.py as it is: the text of every edit
     occurs as often as the edit states (so it replaces what it means to and nothing else; at least once for
-    an edit of every occurrence), a variant with
-    edits differs from the control, and an edit whose text occurs another number of times stops the command
-    with one line naming the variant."""
+    an edit of every occurrence), a variant with edits differs from the control, and an edit whose text
+    occurs another number of times stops the command with one line naming the variant."""
     variants = bm.variants
     source = variants.SOURCE.read_text()
     control = variants.variant_source("control", (), 20)
