@@ -196,16 +196,23 @@ def forward_lanes(tokens, lengths, targets, weights, Bov, Bkq):
     return loss, losses, logits, attn
 
 
+def paper_set():
+    """(case, Prepared set, W_ov, W_kq): the benchmark's two-stage case (``ntpref.bench``), its sentence set and
+    standard normal W_ov, W_kq [K, K] from seed 0."""
+    case = bench.paper_cases(["twostage"])[0]
+    prep = prepare(bench.make_inputs(case)["ds"])
+    K = prep.E.shape[1]
+    W_ov, W_kq = np.random.default_rng(0).standard_normal((2, K, K))
+    return case, prep, W_ov, W_kq
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.lanes", description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=7, help="alternated rounds of timing (default 7)")
     args = parser.parse_args(argv)
     import numba
     numba.set_num_threads(1)
-    case = bench.paper_cases(["twostage"])[0]
-    inputs = bench.make_inputs(case)
-    prep = prepare(inputs["ds"])
-    W_ov, W_kq = np.random.default_rng(0).standard_normal((2, prep.E.shape[1], prep.E.shape[1]))
+    case, prep, W_ov, W_kq = paper_set()
     data = (prep.tokens, prep.lengths, prep.targets, prep.weights, W_ov, W_kq)
     serial = kernels.pass_serial(*data, kernels.MODE_FORWARD)
     lanes = forward_lanes(*data)

@@ -6,8 +6,9 @@ one core").
 replaces must occur as often as the edit states, else the command stops: a variant never runs the shipped
 code unnoticed), and :func:`main` times each variant's serial pass (MODE_GRAD, the benchmark's set: K = 20,
 N = 200, one-hot E) as a training loop runs it: a compiled loop of ``pass_serial`` calls with no Python
-between them, one thread; every timed call runs in ``R`` alternated rounds of batches, and the least and
-the median time per call over the batches are printed. The variants:
+between them, one thread; every timed call runs in ``R`` interleaved rounds of one batch each
+(``ntpref.bench.time_steps``), and the least and the median time per call over the batches are printed.
+The variants:
 
     as shipped    the module's source unchanged, compiled as the variants are (no cache): the control
     K constant    the number of logits a module constant instead of an array's shape, so that LLVM knows
@@ -40,7 +41,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
@@ -48,11 +48,12 @@ from numba import njit
 
 from ntpref import bench, twostage
 from ntpref.numba_target import configure_process
-from ntpref.twostage import kernels, prepare
+from ntpref.twostage import kernels
+
+from .lanes import paper_set
 
 SOURCE = Path(kernels.__file__)
 CALLS = 200                # calls per timed batch
-BATCHES = 5                # timed batches of each call per round
 CHILD_SECONDS = 900        # the 2-thread child process is stopped after this
 #: Edits (old, new, count): old must occur exactly count times in the source (None: every occurrence of a
 #: text that occurs at least once, as the decorators' options); "{K}" in new stands for the number of logits. Every variant gets COMMON first: the relative import made absolute and Numba's cache
@@ -110,15 +111,6 @@ def loop_of(pass_serial):
     return loop
 
 
-def paper_set():
-    """The benchmark's two-stage set (Prepared) and W_ov, W_kq (seed 0), as benchmarks.lanes uses them."""
-    case = bench.paper_cases(["twostage"])[0]
-    prep = prepare(bench.make_inputs(case)["ds"])
-    K = prep.E.shape[1]
-    W_ov, W_kq = np.random.default_rng(0).standard_normal((2, K, K))
-    return prep, W_ov, W_kq
-
-
 def differences(a, b) -> str:
     """'same bits', or the largest normwise difference max|x - y| / max|x| over the values of two pass results
     (loss, log scale, losses, logits, attention, G_ov, G_kq)."""
@@ -137,27 +129,17 @@ def repeat(f, *args) -> None:
         f(*args)
 
 
-def alternated(batches: dict, rounds: int) -> dict:
-    """{name: seconds per call of each timed batch}: each batch (a call that makes CALLS calls) run once
-    untimed, then BATCHES times per round, the batches of a round one after the other, their order rotated
-    by one from round to round."""
-    times = {name: [] for name in batches}
-    for batch in batches.values():
-        batch()
-    names = list(batches)
-    for r in range(rounds):
-        for name in names[r % len(names):] + names[:r % len(names)]:
-            for _ in range(BATCHES):
-                t0 = time.perf_counter()
-                batches[name]()
-                times[name].append((time.perf_counter() - t0) / CALLS)
-    return times
+def per_call(batches: dict, rounds: int) -> dict:
+    """{name: seconds per call of each timed batch} (a batch makes CALLS calls): ``ntpref.bench.time_steps``
+    times the batches interleaved, once each per round."""
+    times = bench.time_steps(list(batches.values()), repeats=rounds)
+    return {name: [t / CALLS for t in ts] for name, ts in zip(batches, times)}
 
 
-def serial_rows(rounds: int) -> list[tuple[str, float, float, str]]:
+def serial_rows(prep, W_ov, W_kq, rounds: int) -> list[tuple[str, float, float, str]]:
     """(what, least and median seconds per step, bits against the shipped pass) of the variants' compiled
-    loops, the shipped kernels' compiled loop and the two calls from Python."""
-    prep, W_ov, W_kq = paper_set()
+    loops, the shipped kernels' compiled loop and the two calls from Python, on the Prepared set ``prep``
+    with W_ov, W_kq."""
     data = (prep.tokens, prep.lengths, prep.targets, prep.weights, W_ov, W_kq)
     shipped = kernels.pass_serial(*data, kernels.MODE_GRAD)
     K = prep.E.shape[1]
@@ -177,7 +159,7 @@ def serial_rows(rounds: int) -> list[tuple[str, float, float, str]]:
         "the shipped pass")
     add("shipped: twostage.loss_and_grad", lambda: repeat(twostage.loss_and_grad, prep, W_ov, W_kq),
         "the shipped pass")
-    times = alternated(calls, rounds)
+    times = per_call(calls, rounds)
     return [(what, min(t), float(np.median(t)), bits[what]) for what, t in times.items()]
 
 
@@ -187,7 +169,7 @@ def parallel_child(rounds: int) -> None:
     and the median seconds of each, and whether each parallel driver gave the serial pass's bits."""
     import numba
     numba.set_num_threads(2)
-    prep, W_ov, W_kq = paper_set()
+    _, prep, W_ov, W_kq = paper_set()
     data = (prep.tokens, prep.lengths, prep.targets, prep.weights, W_ov, W_kq)
 
     def parallel(module):
@@ -204,7 +186,7 @@ def parallel_child(rounds: int) -> None:
     expected = (np.float64(serial[0]).tobytes(), serial[5].tobytes(), serial[6].tobytes())
     same = {name: "same" if (np.float64(r[0]).tobytes(), r[2].tobytes(), r[3].tobytes()) == expected else "other"
             for name, r in ((name, call()) for name, call in drivers.items())}
-    times = alternated({name: (lambda call: lambda: repeat(call))(call) for name, call in drivers.items()}
+    times = per_call({name: (lambda call: lambda: repeat(call))(call) for name, call in drivers.items()}
                        | {"serial": lambda: repeat(kernels.pass_serial, *data, kernels.MODE_GRAD)}, rounds)
     print(numba.threading_layer(), *(f"{min(t):.9f} {np.median(t):.9f}" for t in times.values()),
           same["shipped"], same["even"])
@@ -228,7 +210,7 @@ def parallel_rows(rounds: int) -> list[tuple[str, float, float, str]]:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.variants", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, default=7, help="alternated rounds of timing (default 7)")
+    parser.add_argument("--rounds", type=int, default=35, help="interleaved rounds of timing (default 35)")
     parser.add_argument("--no-parallel", action="store_true", help="leave out the 2-thread parallel driver")
     parser.add_argument("--parallel-child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -238,12 +220,13 @@ def main(argv=None) -> int:
     configure_process()       # the kernels as the ntpref command and benchmarks.run build them; children inherit it
     import numba
     numba.set_num_threads(1)
-    rows = serial_rows(args.rounds)
+    _, prep, W_ov, W_kq = paper_set()
+    rows = serial_rows(prep, W_ov, W_kq, args.rounds)
     if not args.no_parallel:
         rows += parallel_rows(args.rounds)
-    N, Lmax = paper_set()[0].tokens.shape
+    N, Lmax = prep.tokens.shape
     print(f"two-stage MODE_GRAD pass on the benchmark's set (N = {N}, Lmax = {Lmax}), one thread unless stated: "
-          f"least and median time per call over {args.rounds} alternated rounds of {BATCHES} batches of {CALLS} calls")
+          f"least and median time per call over {args.rounds} interleaved rounds of one batch of {CALLS} calls")
     width = max(len(what) for what, *_ in rows)
     for what, best, median, bits in rows:
         print(f"  {what:{width}s} {best * 1e6:6.1f} {median * 1e6:6.1f} us   {bits}")
