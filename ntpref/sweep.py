@@ -420,27 +420,52 @@ def run_sweep(fn: Callable[..., Mapping], cells: list[dict], outdir: str | os.Pa
         for key, params in todo:
             save(key, params, _call(fn, params))
     elif todo:
-        with ExitStack() as stack:
-            ex = executor if executor is not None else _open_executor(stack, workers, scheduler, dask_local)
-            pending = {ex.submit(_call, fn, params): (key, params) for key, params in todo}
-            while pending:
-                finished, _ = wait(pending, return_when=FIRST_COMPLETED)
-                died = None
-                for fut in finished:
-                    key, params = pending.pop(fut)
-                    try:
-                        result = fut.result()
-                    except Exception as exc:   # noqa: BLE001 - sorted out by _worker_died
-                        if not _worker_died(exc):
-                            raise
-                        died = died or exc
-                        continue
-                    save(key, params, result)
-                if died is not None:
-                    raise InputError(f"{label}: a worker process died ({type(died).__name__}: killed, or out of "
-                                     f"memory?); the {done} finished cells of {total} are kept in {outdir}, and "
-                                     "running the same command again resumes") from None
+        try:
+            with ExitStack() as stack:
+                ex = executor if executor is not None else _open_executor(stack, workers, scheduler, dask_local)
+                _run_pooled(ex, fn, todo, save)
+        except Exception as exc:   # noqa: BLE001 - sorted out by _worker_died
+            if not _worker_died(exc):
+                raise
+            raise InputError(f"{label}: a worker process died ({type(exc).__name__}: killed, or out of memory?); "
+                             f"the {done} finished cells of {total} are kept in {outdir}, and running the same "
+                             "command again resumes") from None
     return SweepSummary(total, len(todo), total - len(todo), time.perf_counter() - start)
+
+
+def _run_pooled(ex, fn: Callable[..., Mapping], todo: list[tuple[str, dict]],
+                save: Callable[[str, dict, Mapping], None]) -> None:
+    """Submit every (key, params) of ``todo`` to the executor ``ex`` and ``save`` each result as it arrives.
+
+    When a worker dies (:func:`_worker_died`: a future says so, or ``submit`` itself when the pool broke before
+    every cell was handed out), the results already arrived are saved, then that error is raised; a cell's own
+    error is raised at once."""
+    pending, died = {}, None
+    for key, params in todo:
+        try:
+            pending[ex.submit(_call, fn, params)] = (key, params)
+        except Exception as exc:   # noqa: BLE001 - sorted out by _worker_died
+            if not _worker_died(exc):
+                raise
+            died = exc
+            break
+    while pending:
+        finished = ([fut for fut in pending if fut.done()] if died is not None
+                    else wait(pending, return_when=FIRST_COMPLETED)[0])
+        for fut in finished:
+            key, params = pending.pop(fut)
+            try:
+                result = fut.result()
+            except Exception as exc:   # noqa: BLE001 - sorted out by _worker_died
+                if not _worker_died(exc):
+                    raise
+                died = died or exc
+                continue
+            save(key, params, result)
+        if died is not None:
+            break
+    if died is not None:
+        raise died
 
 
 def _worker_died(exc: BaseException) -> bool:

@@ -193,6 +193,32 @@ def test_a_killed_worker_is_named_and_the_finished_cells_kept(tmp_path):
     assert sorted(p["x"] for p, _ in load_results(tmp_path)) == [1.0, 1.5]
 
 
+class BreaksOnSecondSubmit:
+    """An executor that runs the first cell at once and then breaks, as a pool does when a worker is killed
+    while the cells are still being handed out: ``submit`` raises BrokenProcessPool."""
+
+    def submit(self, fn, *args):
+        from concurrent.futures import Future
+        from concurrent.futures.process import BrokenProcessPool
+
+        if getattr(self, "used", False):
+            raise BrokenProcessPool("A child process terminated abruptly, the process pool is not usable anymore")
+        self.used, fut = True, Future()
+        fut.set_result(fn(*args))
+        return fut
+
+
+def test_a_pool_broken_while_cells_are_handed_out_is_named_and_the_finished_cells_kept(tmp_path):
+    from ntpref.errors import InputError
+    from ntpref.sweep import grid
+
+    cells = grid(seed=[0], x=[1.0, 1.5, 3.0])
+    with pytest.raises(InputError, match=r"sweep: a worker process died \(BrokenProcessPool: killed, or out of "
+                                         r"memory\?\); the 1 finished cells of 3 are kept in "):
+        run_sweep(dying_or_slow_cell, cells, tmp_path, executor=BreaksOnSecondSubmit(), label="sweep")
+    assert [p["x"] for p, _ in load_results(tmp_path)] == [1.0]
+
+
 def _children(pid: int) -> list[int]:
     out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout
     return [int(p) for p in out.split()]
