@@ -197,11 +197,13 @@ class BreaksOnSecondSubmit:
     """An executor that runs the first cell at once and then breaks, as a pool does when a worker is killed
     while the cells are still being handed out: ``submit`` raises BrokenProcessPool."""
 
+    used = False
+
     def submit(self, fn, *args):
         from concurrent.futures import Future
         from concurrent.futures.process import BrokenProcessPool
 
-        if getattr(self, "used", False):
+        if self.used:
             raise BrokenProcessPool("A child process terminated abruptly, the process pool is not usable anymore")
         self.used, fut = True, Future()
         fut.set_result(fn(*args))
