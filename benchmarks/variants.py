@@ -36,6 +36,7 @@ beside the serial pass, in a child process.
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib.util
 import os
 import subprocess
@@ -56,8 +57,9 @@ SOURCE = Path(kernels.__file__)
 CALLS = 200                # calls per timed batch
 CHILD_SECONDS = 900        # the 2-thread child process is stopped after this
 #: Edits (old, new, count): old must occur exactly count times in the source (None: every occurrence of a
-#: text that occurs at least once, as the decorators' options); "{K}" in new stands for the number of logits. Every variant gets COMMON first: the relative import made absolute and Numba's cache
-#: off (the variant is a copy in a temporary directory).
+#: text that occurs at least once, as the decorators' options); "{K}" in new stands for the number of
+#: logits. Every variant gets COMMON first: the relative import made absolute and Numba's cache off (the
+#: variant is a copy in a temporary directory).
 COMMON = (("from .. import vmath", "from ntpref import vmath", 1), ("cache=True", "cache=False", None))
 _FAST = 'error_model="numpy", fastmath={}'
 VARIANTS = {
@@ -148,19 +150,32 @@ def serial_rows(prep, W_ov, W_kq, rounds: int) -> list[tuple[str, float, float, 
     def add(what, batch, bit):
         calls[what], bits[what] = batch, bit
 
-    add("shipped (cached): compiled loop", (lambda loop: lambda: loop(CALLS, *data, kernels.MODE_GRAD))(
-        loop_of(kernels.pass_serial)), "the shipped pass")
+    add("shipped (cached): compiled loop",
+        functools.partial(loop_of(kernels.pass_serial), CALLS, *data, kernels.MODE_GRAD), "the shipped pass")
     with tempfile.TemporaryDirectory() as directory:
         for name, edits in VARIANTS.items():
             module = build(name, edits, K, directory)
-            add(f"{name}: compiled loop", (lambda loop: lambda: loop(CALLS, *data, kernels.MODE_GRAD))(
-                loop_of(module.pass_serial)), differences(shipped, module.pass_serial(*data, kernels.MODE_GRAD)))
-    add("shipped: kernels.pass_serial from Python", lambda: repeat(kernels.pass_serial, *data, kernels.MODE_GRAD),
-        "the shipped pass")
-    add("shipped: twostage.loss_and_grad", lambda: repeat(twostage.loss_and_grad, prep, W_ov, W_kq),
+            add(f"{name}: compiled loop",
+                functools.partial(loop_of(module.pass_serial), CALLS, *data, kernels.MODE_GRAD),
+                differences(shipped, module.pass_serial(*data, kernels.MODE_GRAD)))
+    add("shipped: kernels.pass_serial from Python",
+        functools.partial(repeat, kernels.pass_serial, *data, kernels.MODE_GRAD), "the shipped pass")
+    add("shipped: twostage.loss_and_grad", functools.partial(repeat, twostage.loss_and_grad, prep, W_ov, W_kq),
         "the shipped pass")
     times = per_call(calls, rounds)
     return [(what, min(t), float(np.median(t)), bits[what]) for what, t in times.items()]
+
+
+def parallel_pass(module, data) -> tuple:
+    """The parallel driver of the kernels ``module`` (``sentences_parallel``, then ``reduce``) in MODE_GRAD on
+    data = (tokens, lengths, targets, weights, W_ov, W_kq): (loss, log scale, G_ov, G_kq)."""
+    losses, lam, _, gz, attn, gs = module.sentences_parallel(*data, kernels.MODE_GRAD)
+    return module.reduce(data[0], data[1], data[3], kernels.MODE_GRAD, losses, lam, gz, attn, gs)
+
+
+def gradient_bits(loss, G_ov, G_kq) -> bytes:
+    """The bits of a pass's loss and gradients, for comparing the parallel driver with the serial pass."""
+    return np.float64(loss).tobytes() + G_ov.tobytes() + G_kq.tobytes()
 
 
 def parallel_child(rounds: int) -> None:
@@ -172,22 +187,18 @@ def parallel_child(rounds: int) -> None:
     _, prep, W_ov, W_kq = paper_set()
     data = (prep.tokens, prep.lengths, prep.targets, prep.weights, W_ov, W_kq)
 
-    def parallel(module):
-        def call():
-            losses, lam, logits, gz, attn, gs = module.sentences_parallel(*data, kernels.MODE_GRAD)
-            return module.reduce(prep.tokens, prep.lengths, prep.weights, kernels.MODE_GRAD,
-                                 losses, lam, gz, attn, gs)
-        return call
-
     with tempfile.TemporaryDirectory() as directory:
         even = build("even blocks", even_blocks(prep.tokens.shape[0]), prep.E.shape[1], directory)
-    drivers = {"shipped": parallel(kernels), "even": parallel(even)}
+    drivers = {"shipped": kernels, "even": even}
     serial = kernels.pass_serial(*data, kernels.MODE_GRAD)
-    expected = (np.float64(serial[0]).tobytes(), serial[5].tobytes(), serial[6].tobytes())
-    same = {name: "same" if (np.float64(r[0]).tobytes(), r[2].tobytes(), r[3].tobytes()) == expected else "other"
-            for name, r in ((name, call()) for name, call in drivers.items())}
-    times = per_call({name: (lambda call: lambda: repeat(call))(call) for name, call in drivers.items()}
-                       | {"serial": lambda: repeat(kernels.pass_serial, *data, kernels.MODE_GRAD)}, rounds)
+    expected = gradient_bits(serial[0], serial[5], serial[6])
+    same = {}
+    for name, module in drivers.items():
+        loss, _, G_ov, G_kq = parallel_pass(module, data)
+        same[name] = "same" if gradient_bits(loss, G_ov, G_kq) == expected else "other"
+    times = per_call({name: functools.partial(repeat, parallel_pass, module, data)
+                      for name, module in drivers.items()}
+                     | {"serial": functools.partial(repeat, kernels.pass_serial, *data, kernels.MODE_GRAD)}, rounds)
     print(numba.threading_layer(), *(f"{min(t):.9f} {np.median(t):.9f}" for t in times.values()),
           same["shipped"], same["even"])
 
